@@ -1,0 +1,1 @@
+"""Machine providers: one interface (providers.base.MachineProvider), many backends."""

@@ -1,0 +1,223 @@
+"""The machine-controller interface a provider author implements.
+
+Objects are shaped like Cluster API's: a Machine belongs to a Cluster (by
+name, in a namespace) and to a MachineDeployment, and has a role. Every
+object a provider creates carries the labels from ``owner_labels`` so that
+cleanup and the reaper find it without any state file.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+LABEL_PREFIX = "harness.k8s.io"
+L_CLUSTER = f"{LABEL_PREFIX}/cluster"
+L_NAMESPACE = f"{LABEL_PREFIX}/namespace"
+L_ROLE = f"{LABEL_PREFIX}/role"
+L_DEPLOYMENT = f"{LABEL_PREFIX}/machine-deployment"
+L_RUN = f"{LABEL_PREFIX}/run-id"
+L_OWNER_PID = f"{LABEL_PREFIX}/owner-pid"
+L_OWNER_HOST = f"{LABEL_PREFIX}/owner-host"
+L_KEEP = f"{LABEL_PREFIX}/keep"
+
+ROLES = ("control-plane", "worker", "load-balancer")
+
+
+class ProviderError(RuntimeError):
+    """A provider operation failed."""
+
+
+class ExecError(ProviderError):
+    def __init__(self, machine: str, cmd: Sequence[str], result: "ExecResult"):
+        self.machine, self.cmd, self.result = machine, list(cmd), result
+        tail = (result.stderr or result.stdout).strip()[-2000:]
+        super().__init__(f"{machine}: {' '.join(cmd)!s} exited {result.exit_code}: {tail}")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who made an object: the run, its process and host (for the reaper)."""
+    run_id: str
+    pid: int
+    host: str
+    keep: bool = False
+
+    def labels(self) -> dict[str, str]:
+        return {L_RUN: self.run_id, L_OWNER_PID: str(self.pid), L_OWNER_HOST: self.host,
+                L_KEEP: "true" if self.keep else "false"}
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """What to create: the provider turns this into a running machine."""
+    name: str
+    cluster: str
+    namespace: str
+    role: str
+    deployment: str
+    image: str
+    owner: Owner
+    labels: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def all_labels(self) -> dict[str, str]:
+        return {**self.labels, **owner_labels(self.cluster, self.namespace, self.owner),
+                L_ROLE: self.role, L_DEPLOYMENT: self.deployment}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine as the provider sees it now."""
+    name: str
+    cluster: str
+    namespace: str
+    role: str
+    deployment: str
+    provider_id: str
+    state: str  # running, stopped, missing...
+    addresses: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ip(self) -> str:
+        return self.addresses[0] if self.addresses else ""
+
+    def replace(self, **kw: Any) -> "Machine":
+        return dataclasses.replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class Health:
+    running: bool
+    booted: bool  # init system reached a running state
+    detail: str = ""
+
+
+def owner_labels(cluster: str, namespace: str, owner: Owner) -> dict[str, str]:
+    return {L_CLUSTER: cluster, L_NAMESPACE: namespace, **owner.labels()}
+
+
+class MachineProvider(abc.ABC):
+    """Create, inspect and delete machines of one cluster's infrastructure.
+
+    Implementations must be safe to call from several processes (xdist
+    workers): every operation is keyed by names and labels, not local state.
+    """
+
+    name: str = ""
+
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        self.options = dict(options or {})
+
+    # infrastructure shared by a cluster's machines (network, load balancer)
+    @abc.abstractmethod
+    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner) -> None: ...
+
+    @abc.abstractmethod
+    def delete_infrastructure(self, cluster: str, namespace: str) -> None: ...
+
+    # machines
+    @abc.abstractmethod
+    def create_machine(self, spec: MachineSpec) -> Machine: ...
+
+    @abc.abstractmethod
+    def delete_machine(self, machine: Machine) -> None: ...
+
+    @abc.abstractmethod
+    def list_machines(self, cluster: str | None = None, namespace: str | None = None,
+                      selector: Mapping[str, str] | None = None) -> list[Machine]: ...
+
+    @abc.abstractmethod
+    def get_machine(self, name: str) -> Machine | None: ...
+
+    @abc.abstractmethod
+    def exec(self, machine: Machine, cmd: Sequence[str], *, input: bytes | None = None,
+             check: bool = True, timeout: float | None = None, env: Mapping[str, str] | None = None) -> ExecResult: ...
+
+    @abc.abstractmethod
+    def copy_to(self, machine: Machine, dest: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    def copy_from(self, machine: Machine, src: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def logs(self, machine: Machine) -> str:
+        """The machine's console/container log."""
+
+    @abc.abstractmethod
+    def health(self, machine: Machine) -> Health: ...
+
+    @abc.abstractmethod
+    def stop_machine(self, machine: Machine) -> None: ...
+
+    @abc.abstractmethod
+    def start_machine(self, machine: Machine) -> Machine: ...
+
+    # cleanup
+    @abc.abstractmethod
+    def list_owned(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every object (machine, network, volume) matching the label selector,
+        as dicts with at least kind, name and labels."""
+
+    @abc.abstractmethod
+    def delete_owned(self, selector: Mapping[str, str]) -> list[str]:
+        """Delete every object matching the selector; returns what was deleted."""
+
+    # optional hooks
+    def wait_booted(self, machine: Machine, timeout: float = 120) -> None:
+        import time
+        end = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < end:
+            last = self.health(machine)
+            if last.booted:
+                return
+            if not last.running:
+                raise ProviderError(f"{machine.name}: machine stopped while booting: {last.detail}\n"
+                                    f"{self.logs(machine)[-3000:]}")
+            time.sleep(0.5)
+        raise ProviderError(f"{machine.name}: not booted after {timeout:.0f}s: {last.detail if last else ''}")
+
+    def collect_artifacts(self, machine: Machine, dest_dir: str) -> list[str]:
+        """Write the machine's logs into dest_dir; returns files written."""
+        return []
+
+    def node_image(self, version: str, **kw: Any) -> str:
+        """The image (or template) machines of this Kubernetes version boot from."""
+        raise NotImplementedError
+
+    def ensure_load_balancer(self, cluster: str, namespace: str, owner: Owner,
+                             backends: Sequence[tuple[str, str]], port: int = 6443) -> Machine:
+        """Create or reconfigure the cluster's API load balancer so it forwards
+        ``port`` to ``(name, address)`` backends. Needed for HA control planes."""
+        raise NotImplementedError(f"provider {self.name} has no load balancer")
+
+    def host_endpoint(self, machine: Machine, port: int) -> tuple[str, int]:
+        """Where the harness host reaches ``port`` of the machine."""
+        return machine.ip, port
+
+    def close(self) -> None:
+        pass
+
+
+def selector_matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def first(items: Iterable[Any]) -> Any:
+    for i in items:
+        return i
+    return None

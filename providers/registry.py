@@ -1,0 +1,44 @@
+"""Provider registry: built-in providers plus entry points
+(group ``kube_harness.providers``) so an external package can add one."""
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any, Callable, Mapping
+
+from .base import MachineProvider
+
+GROUP = "kube_harness.providers"
+_registered: dict[str, Callable[..., MachineProvider]] = {}
+
+
+def register(name: str, factory: Callable[..., MachineProvider]) -> None:
+    _registered[name] = factory
+
+
+def _load_entry_points() -> dict[str, Any]:
+    try:
+        eps = metadata.entry_points(group=GROUP)
+    except TypeError:  # python < 3.10
+        eps = metadata.entry_points().get(GROUP, [])
+    return {ep.name: ep for ep in eps}
+
+
+def _builtin() -> dict[str, str]:
+    return {"docker": "providers.docker:DockerProvider"}
+
+
+def names() -> list[str]:
+    return sorted(set(_registered) | set(_load_entry_points()) | set(_builtin()))
+
+
+def get(name: str, options: Mapping[str, Any] | None = None) -> MachineProvider:
+    if name in _registered:
+        return _registered[name](options)
+    eps = _load_entry_points()
+    if name in eps:
+        return eps[name].load()(options)
+    if name in _builtin():
+        mod, attr = _builtin()[name].split(":")
+        import importlib
+        return getattr(importlib.import_module(mod), attr)(options)
+    raise KeyError(f"unknown provider {name!r}; registered: {names()}")

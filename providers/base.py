@@ -20,6 +20,7 @@ L_DEPLOYMENT = f"{LABEL_PREFIX}/machine-deployment"
 L_RUN = f"{LABEL_PREFIX}/run-id"
 L_OWNER_PID = f"{LABEL_PREFIX}/owner-pid"
 L_OWNER_HOST = f"{LABEL_PREFIX}/owner-host"
+L_OWNER_START = f"{LABEL_PREFIX}/owner-start"
 L_KEEP = f"{LABEL_PREFIX}/keep"
 
 ROLES = ("control-plane", "worker", "load-balancer")
@@ -53,11 +54,12 @@ class Owner:
     run_id: str
     pid: int
     host: str
+    started: int = 0  # owner process create time (epoch s), guards against pid reuse
     keep: bool = False
 
     def labels(self) -> dict[str, str]:
         return {L_RUN: self.run_id, L_OWNER_PID: str(self.pid), L_OWNER_HOST: self.host,
-                L_KEEP: "true" if self.keep else "false"}
+                L_OWNER_START: str(self.started), L_KEEP: "true" if self.keep else "false"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,206 @@
+"""The machine controller: reconciles a Cluster's MachineDeployments into
+machines through a provider, and bootstraps them (kubeadm, or nothing).
+
+Provisioning is all-or-nothing: when any step fails the cluster's objects are
+deleted (unless the owner asked to keep them), so no half-made cluster stays.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import secrets
+import time
+from typing import Callable, Iterable, Protocol
+
+from providers.base import L_CLUSTER, L_NAMESPACE, Machine, MachineProvider, MachineSpec, Owner
+
+from .cluster import Cluster, MachineDeployment
+from .progress import phase
+from .spec import ClusterSpec
+
+log = logging.getLogger("harness.controller")
+
+
+class Bootstrapper(Protocol):
+    """Turns booted machines into a cluster (kubeadm) or leaves them bare."""
+    name: str
+
+    def image(self, cluster: Cluster) -> str: ...
+
+    def init(self, cluster: Cluster, machine: Machine) -> None: ...
+
+    def join(self, cluster: Cluster, machines: list[Machine]) -> None: ...
+
+    def ready(self, cluster: Cluster) -> None: ...
+
+    def remove(self, cluster: Cluster, machine: Machine) -> None: ...
+
+
+class NoBootstrap:
+    """Machines only: boots the provider's base image and nothing more."""
+    name = "none"
+
+    def image(self, cluster: Cluster) -> str:
+        return cluster.provider.node_image(None, **cluster.spec.provider_options)
+
+    def init(self, cluster: Cluster, machine: Machine) -> None:
+        pass
+
+    def join(self, cluster: Cluster, machines: list[Machine]) -> None:
+        pass
+
+    def ready(self, cluster: Cluster) -> None:
+        pass
+
+    def remove(self, cluster: Cluster, machine: Machine) -> None:
+        pass
+
+
+class ProvisionError(RuntimeError):
+    pass
+
+
+def machine_name(deployment: str) -> str:
+    return f"{deployment}-{secrets.token_hex(3)[:5]}"
+
+
+class MachineController:
+    def __init__(self, provider: MachineProvider, owner: Owner, bootstrapper: Bootstrapper | None = None,
+                 parallelism: int = 4):
+        self.provider = provider
+        self.owner = owner
+        self.bootstrapper = bootstrapper or NoBootstrap()
+        self.parallelism = parallelism
+
+    # whole clusters
+    def provision(self, spec: ClusterSpec, *, keep_on_failure: bool = False) -> Cluster:
+        cluster = Cluster(spec, self.provider, self.owner)
+        if self.provider.list_machines(spec.name, spec.namespace):
+            raise ProvisionError(f"cluster {spec.namespace}/{spec.name} already exists; use --reuse-cluster "
+                                 f"to reuse it or `kube-harness delete {spec.name} -n {spec.namespace}`")
+        t0 = time.monotonic()
+        try:
+            with phase("image", cluster=spec.name, timings=cluster.timings):
+                image = self.bootstrapper.image(cluster)
+            with phase("infrastructure", cluster=spec.name, timings=cluster.timings):
+                self.provider.ensure_infrastructure(spec.name, spec.namespace, self.owner)
+            with phase("machines", cluster=spec.name, timings=cluster.timings):
+                created = self._create(cluster, list(cluster.deployments.values()), image)
+            first = sorted((m for m in created if m.role == "control-plane"), key=lambda m: m.name)[0]
+            rest = [m for m in created if m.name != first.name]
+            with phase("init", cluster=spec.name, machine=first.name, timings=cluster.timings):
+                self.bootstrapper.init(cluster, first)
+            if rest:
+                with phase("join", cluster=spec.name, timings=cluster.timings):
+                    self.bootstrapper.join(cluster, rest)
+            with phase("ready", cluster=spec.name, timings=cluster.timings):
+                self.bootstrapper.ready(cluster)
+        except BaseException:
+            if keep_on_failure or self.owner.keep:
+                log.error("provisioning failed; keeping the cluster as asked", extra={"cluster": spec.name})
+            else:
+                self.teardown(cluster)
+            raise
+        cluster.bootstrapped = self.bootstrapper.name != "none"
+        cluster.timings["provision"] = round(time.monotonic() - t0, 2)
+        return cluster
+
+    def adopt(self, spec: ClusterSpec) -> Cluster:
+        """A handle on an existing cluster (--reuse-cluster, xdist workers)."""
+        cluster = Cluster(spec, self.provider, self.owner)
+        if not cluster.machines():
+            raise ProvisionError(f"no machines found for cluster {spec.namespace}/{spec.name}")
+        cluster.bootstrapped = cluster.kubeconfig_path.exists()
+        return cluster
+
+    def teardown(self, cluster: Cluster | ClusterSpec) -> list[str]:
+        name, ns = cluster.name, cluster.namespace
+        with phase("teardown", cluster=name):
+            deleted = self.provider.delete_owned({L_CLUSTER: name, L_NAMESPACE: ns})
+        return deleted
+
+    # MachineDeployment reconciliation
+    def _create(self, cluster: Cluster, deployments: Iterable[MachineDeployment], image: str) -> list[Machine]:
+        specs: list[MachineSpec] = []
+        for md in deployments:
+            have = len(cluster.machines(deployment=md.name))
+            for _ in range(max(0, md.replicas - have)):
+                specs.append(MachineSpec(name=machine_name(md.name), cluster=cluster.name,
+                                         namespace=cluster.namespace, role=md.role, deployment=md.name,
+                                         image=image, owner=self.owner, labels=md.labels,
+                                         options=cluster.spec.provider_options))
+        return self._boot(cluster, specs)
+
+    def _boot(self, cluster: Cluster, specs: list[MachineSpec]) -> list[Machine]:
+        if not specs:
+            return []
+
+        def one(s: MachineSpec) -> Machine:
+            with phase("machine-start", cluster=cluster.name, machine=s.name, timings=cluster.timings):
+                m = self.provider.create_machine(s)
+                self.provider.wait_booted(m)
+                return self.provider.get_machine(m.name) or m
+
+        return _parallel(one, specs, self.parallelism)
+
+    def scale(self, cluster: Cluster, deployment: str, replicas: int) -> list[Machine]:
+        """Set a MachineDeployment's replicas; returns created machines.
+        Scaling down removes the newest machines first, draining them."""
+        if deployment not in cluster.deployments:
+            raise KeyError(f"no MachineDeployment {deployment!r}; have {sorted(cluster.deployments)}")
+        md = cluster.deployments[deployment]
+        if replicas < (1 if md.role == "control-plane" else 0):
+            raise ValueError(f"replicas for {deployment}: {replicas}; allowed: >= "
+                             f"{1 if md.role == 'control-plane' else 0}")
+        if md.role == "control-plane" and replicas % 2 == 0:
+            raise ValueError(f"replicas for {deployment}: {replicas}; allowed: an odd number (etcd quorum)")
+        md.replicas = replicas
+        return self.reconcile(cluster)
+
+    def reconcile(self, cluster: Cluster) -> list[Machine]:
+        """Create missing machines (joining them) and remove extra ones."""
+        created: list[Machine] = []
+        image = self.bootstrapper.image(cluster)
+        for md in cluster.deployments.values():
+            have = cluster.machines(deployment=md.name)
+            for m in sorted(have, key=lambda m: m.name)[md.replicas:]:
+                self.delete_machine(cluster, m)
+        new = self._create(cluster, list(cluster.deployments.values()), image)
+        if new:
+            with phase("join", cluster=cluster.name):
+                self.bootstrapper.join(cluster, new)
+            with phase("ready", cluster=cluster.name):
+                self.bootstrapper.ready(cluster)
+            created.extend(new)
+        return created
+
+    def delete_machine(self, cluster: Cluster, machine: Machine, drain: bool = True) -> None:
+        with phase("machine-delete", cluster=cluster.name, machine=machine.name):
+            if drain:
+                try:
+                    self.bootstrapper.remove(cluster, machine)
+                except Exception as e:  # a dead machine cannot be drained
+                    log.warning(f"remove from cluster failed: {e}", extra={"machine": machine.name})
+            self.provider.delete_machine(machine)
+
+    def remediate(self, cluster: Cluster, machine: Machine) -> list[Machine]:
+        """Replace an unhealthy machine, as a MachineHealthCheck would."""
+        self.delete_machine(cluster, machine)
+        return self.reconcile(cluster)
+
+
+def _parallel(fn: Callable, items: list, n: int) -> list:
+    if len(items) == 1:
+        return [fn(items[0])]
+    with cf.ThreadPoolExecutor(max_workers=min(n, len(items))) as ex:
+        futs = [ex.submit(fn, i) for i in items]
+        errors = []
+        out = []
+        for f in futs:
+            try:
+                out.append(f.result())
+            except BaseException as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+        return out

@@ -73,7 +73,8 @@ class MachineController:
         self.parallelism = parallelism
 
     # whole clusters
-    def provision(self, spec: ClusterSpec, *, keep_on_failure: bool = False) -> Cluster:
+    def provision(self, spec: ClusterSpec, *, keep_on_failure: bool = False,
+                  on_failure: Callable[[Cluster], None] | None = None) -> Cluster:
         cluster = Cluster(spec, self.provider, self.owner)
         if self.provider.list_machines(spec.name, spec.namespace):
             raise ProvisionError(f"cluster {spec.namespace}/{spec.name} already exists; use --reuse-cluster "
@@ -96,6 +97,11 @@ class MachineController:
             with phase("ready", cluster=spec.name, timings=cluster.timings):
                 self.bootstrapper.ready(cluster)
         except BaseException:
+            if on_failure is not None:
+                try:
+                    on_failure(cluster)
+                except Exception as e:
+                    log.warning(f"collecting failure artifacts failed: {e}")
             if keep_on_failure or self.owner.keep:
                 log.error("provisioning failed; keeping the cluster as asked", extra={"cluster": spec.name})
             else:

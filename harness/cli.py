@@ -1,0 +1,92 @@
+"""kube-harness: provision, list, delete and reap clusters outside pytest.
+
+  kube-harness up -c configs/default.yaml [--keep]   # provision (kept: it is yours)
+  kube-harness down NAME [-n NAMESPACE]              # delete a cluster
+  kube-harness list                                  # clusters and machines
+  kube-harness reap                                  # remove leftovers of dead runs
+  kube-harness validate -c FILE                      # check a spec, create nothing
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+
+from providers import registry
+from providers.base import L_CLUSTER, L_NAMESPACE
+
+from . import artifacts, reaper
+from .controller import MachineController, NoBootstrap
+from .progress import configure, log
+from .spec import SpecError, load
+
+
+def _provider(name: str, options: dict | None = None):
+    return registry.get(name, options or {})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kube-harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="provision a cluster from a spec and keep it")
+    up.add_argument("-c", "--cluster-config", default="configs/default.yaml")
+    up.add_argument("--bootstrap", choices=("kubeadm", "none"), default="kubeadm")
+    up.add_argument("--node-image", default=None)
+    down = sub.add_parser("down", help="delete a cluster")
+    down.add_argument("name")
+    down.add_argument("-n", "--namespace", default="default")
+    down.add_argument("--provider", default="docker")
+    ls = sub.add_parser("list", help="list clusters")
+    ls.add_argument("--provider", default="docker")
+    rp = sub.add_parser("reap", help="delete objects of dead runs")
+    rp.add_argument("--provider", default="docker")
+    va = sub.add_parser("validate", help="validate a spec")
+    va.add_argument("-c", "--cluster-config", required=True)
+    a = p.parse_args(argv)
+    configure()
+    try:
+        if a.cmd == "validate":
+            s = load(a.cluster_config)
+            print(f"ok: {s.namespace}/{s.name} {s.version} provider={s.provider} machines={s.machine_count}")
+        elif a.cmd == "up":
+            spec = load(a.cluster_config)
+            prov = _provider(spec.provider, spec.provider_options)
+            owner = reaper.current_owner(f"cli-{uuid.uuid4().hex[:8]}", keep=True)
+            if a.bootstrap == "kubeadm":
+                from .kubeadm.bootstrap import KubeadmBootstrapper
+                boot = KubeadmBootstrapper(node_image=a.node_image)
+            else:
+                boot = NoBootstrap()
+            ctl = MachineController(prov, owner, boot)
+            cl = ctl.provision(spec, on_failure=lambda c: artifacts.collect(c, reason="up failed"))
+            print(f"cluster {cl.namespace}/{cl.name} is up; machines: {[m.name for m in cl.machines()]}")
+            if cl.bootstrapped:
+                print(f"export KUBECONFIG={cl.kubeconfig_path}")
+        elif a.cmd == "down":
+            prov = _provider(a.provider)
+            deleted = prov.delete_owned({L_CLUSTER: a.name, L_NAMESPACE: a.namespace})
+            print(f"deleted {len(deleted)} objects: {', '.join(deleted) or '-'}")
+        elif a.cmd == "list":
+            prov = _provider(a.provider)
+            rows = {}
+            for o in prov.list_owned({}):
+                lb = o.get("labels") or {}
+                key = (lb.get(L_NAMESPACE, "?"), lb.get(L_CLUSTER, "?"))
+                rows.setdefault(key, []).append(f"{o['kind']}:{o['name']}")
+            for (ns, name), objs in sorted(rows.items()):
+                print(f"{ns}/{name}: {' '.join(sorted(objs))}")
+        elif a.cmd == "reap":
+            deleted = reaper.reap(_provider(a.provider))
+            print(f"reaped {len(deleted)} objects")
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

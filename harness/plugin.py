@@ -1,0 +1,317 @@
+"""pytest plugin: options, the ``cluster`` fixtures, teardown, reaping,
+failure artifacts and Prow-style JUnit.
+
+Loaded through the ``pytest11`` entry point once the project is installed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from filelock import FileLock
+
+from providers import registry
+from providers.base import L_RUN
+
+from . import artifacts, junit, reaper
+from .cluster import Cluster
+from .controller import MachineController, NoBootstrap
+from .progress import artifacts_dir, configure, log
+from .spec import ClusterSpec, SpecError, load
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("kube-harness", "Kubernetes cluster harness")
+    g.addoption("--cluster-config", default=os.environ.get("KUBE_HARNESS_CONFIG", str(DEFAULT_CONFIG)),
+                help="cluster spec YAML (default configs/default.yaml, env KUBE_HARNESS_CONFIG)")
+    g.addoption("--provider", default=None, help="override spec.provider.name (registered: %s)"
+                % ", ".join(registry.names()))
+    g.addoption("--kubernetes-version", default=None, help="override spec.topology.version")
+    g.addoption("--node-image", default=None, help="use this prebuilt node image instead of building one")
+    g.addoption("--keep-cluster", action="store_true", help="do not delete clusters at the end (or on failure)")
+    g.addoption("--reuse-cluster", action="store_true",
+                help="reuse a running cluster with the spec's name/namespace if there is one; never delete it")
+    g.addoption("--cluster-scope", choices=("shared", "worker"), default="shared",
+                help="with xdist: one cluster shared by all workers (default) or one per worker")
+    g.addoption("--no-reap", action="store_true", help="do not remove objects left by dead runs")
+
+
+# --- run identity -------------------------------------------------------
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def run_id(config: pytest.Config) -> str:
+    if _is_worker(config):
+        return config.workerinput["kh_run_id"]
+    return config._kh_run_id  # type: ignore[attr-defined]
+
+
+def _install_sigterm() -> None:
+    """Prow and CI runners send SIGTERM: turn it into Ctrl-C so teardown runs."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    configure()
+    if not _is_worker(config):
+        config._kh_run_id = os.environ.get("KUBE_HARNESS_RUN_ID") or uuid.uuid4().hex[:12]  # type: ignore
+        # Prow layout: junit_*.xml under $ARTIFACTS when it is set
+        if os.environ.get("ARTIFACTS") and not config.option.xmlpath:
+            suite = _suite_name(config)
+            config.option.xmlpath = str(artifacts_dir() / f"junit_{suite}.xml")
+    _install_sigterm()
+    config._kh_controllers = []  # type: ignore[attr-defined]
+
+
+def _suite_name(config: pytest.Config) -> str:
+    args = [a for a in config.args if not a.startswith("-")]
+    names = sorted({Path(a.split("::")[0]).name.replace(".py", "") for a in args}) or ["tests"]
+    return "_".join(names)[:60]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist master -> worker: share the run id and the master pid."""
+    node.workerinput["kh_run_id"] = node.config._kh_run_id
+    node.workerinput["kh_master_pid"] = os.getpid()
+
+
+def _provider_for(config: pytest.Config, spec: ClusterSpec):
+    return registry.get(spec.provider, spec.provider_options)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """A worker went down: reap what its process owned if it is dead."""
+    if error and not node.config.getoption("no_reap"):
+        try:
+            spec = _spec(node.config)
+            reaper.reap(_provider_for(node.config, spec))
+        except Exception as e:
+            log.warning(f"reaping after worker crash failed: {e}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if _is_worker(config) or config.getoption("no_reap") or config.getoption("collectonly"):
+        return
+    try:
+        spec = _spec(config)
+    except SpecError:
+        return  # reported when a fixture needs the spec
+    try:
+        reaper.reap(_provider_for(config, spec))
+    except Exception as e:  # no docker: tests that need it fail with a clear error
+        log.warning(f"reaper skipped: {e}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The master deletes the shared clusters of this run (xdist)."""
+    config = session.config
+    if _is_worker(config):
+        return
+    for state in sorted(_shared_dir(config).glob("*.json")):
+        info = json.loads(state.read_text())
+        if info.get("keep"):
+            continue
+        try:
+            spec = _spec(config).with_overrides(name=info["name"])
+            provider = _provider_for(config, spec)
+            cluster = Cluster(spec, provider, reaper.current_owner(run_id(config)))
+            if exitstatus not in (0, 5):
+                artifacts.collect(cluster, reason=f"pytest exit status {exitstatus}")
+            MachineController(provider, cluster.owner).teardown(cluster)
+            state.unlink()
+        except Exception as e:
+            log.error(f"teardown of shared cluster {info.get('name')} failed: {e}")
+
+
+# --- spec and controller ------------------------------------------------
+
+def _spec(config: pytest.Config) -> ClusterSpec:
+    cached = getattr(config, "_kh_spec", None)
+    if cached is not None:
+        return cached
+    spec = load(config.getoption("cluster_config"))
+    over: dict[str, Any] = {}
+    if config.getoption("provider"):
+        over["provider"] = config.getoption("provider")
+        if over["provider"] not in registry.names():
+            raise SpecError("--provider", over["provider"], f"one of {registry.names()}")
+    if config.getoption("kubernetes_version"):
+        over["version"] = config.getoption("kubernetes_version")
+    if over:
+        spec = spec.with_overrides(**over)
+    config._kh_spec = spec  # type: ignore[attr-defined]
+    return spec
+
+
+def _bootstrapper(kind: str, config: pytest.Config):
+    if kind == "none":
+        return NoBootstrap()
+    if kind == "kubeadm":
+        from .kubeadm.bootstrap import KubeadmBootstrapper
+        return KubeadmBootstrapper(node_image=config.getoption("node_image"))
+    raise ValueError(f"bootstrap {kind!r}; allowed: kubeadm, none")
+
+
+def _shared_dir(config: pytest.Config) -> Path:
+    base = Path(os.environ.get("TMPDIR", "/tmp")) / "kube-harness" / "runs" / run_id(config)
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+class ClusterFactory:
+    """Provision clusters and tear them all down at the end of the scope."""
+
+    def __init__(self, config: pytest.Config, request: pytest.FixtureRequest | None = None):
+        self.config = config
+        self.request = request
+        self.created: list[tuple[MachineController, Cluster]] = []
+        self.keep = config.getoption("keep_cluster")
+
+    def owner(self, pid: int | None = None):
+        return reaper.current_owner(run_id(self.config), keep=self.keep, pid=pid)
+
+    def __call__(self, spec: ClusterSpec | str | Path | None = None, *, bootstrap: str = "kubeadm",
+                 name: str | None = None, **overrides: Any) -> Cluster:
+        if spec is None:
+            spec = _spec(self.config)
+        elif not isinstance(spec, ClusterSpec):
+            spec = load(spec)
+        if name:
+            overrides["name"] = name
+        if overrides:
+            spec = spec.with_overrides(**overrides)
+        provider = _provider_for(self.config, spec)
+        ctl = MachineController(provider, self.owner(), _bootstrapper(bootstrap, self.config))
+        cluster = ctl.provision(spec, keep_on_failure=self.keep, on_failure=_collect_on_failure)
+        self.created.append((ctl, cluster))
+        return cluster
+
+    def finish(self, failed: bool) -> None:
+        for ctl, cluster in reversed(self.created):
+            if failed:
+                artifacts.collect(cluster, reason="test failure")
+            if self.keep:
+                log.info(f"keeping cluster {cluster.namespace}/{cluster.name} (--keep-cluster); delete with "
+                         f"`kube-harness down {cluster.name} -n {cluster.namespace}`", extra={"cluster": cluster.name})
+                continue
+            ctl.teardown(cluster)
+        self.created.clear()
+
+
+def _collect_on_failure(cluster: Cluster) -> None:
+    artifacts.collect(cluster, reason="provisioning failed")
+
+
+def _failed(session: pytest.Session, before: int = 0) -> bool:
+    return session.testsfailed > before
+
+
+@pytest.fixture
+def cluster_factory(request: pytest.FixtureRequest) -> Iterator[ClusterFactory]:
+    """Factory for tests that need clusters of their own: ``cluster_factory(spec, bootstrap=...)``."""
+    f = ClusterFactory(request.config, request)
+    before = request.session.testsfailed
+    try:
+        yield f
+    finally:
+        f.finish(_failed(request.session, before) or _item_failed(request))
+
+
+def _item_failed(request: pytest.FixtureRequest) -> bool:
+    rep = getattr(request.node, "_kh_rep_call", None)
+    return bool(rep and rep.failed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+    rep = yield
+    if rep.when == "call":
+        item._kh_rep_call = rep  # type: ignore[attr-defined]
+    return rep
+
+
+@pytest.fixture(scope="session")
+def cluster_spec(pytestconfig: pytest.Config) -> ClusterSpec:
+    """The validated spec from --cluster-config (with command line overrides)."""
+    return _spec(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    """The session's kubeadm cluster, provisioned from --cluster-config."""
+    yield from _session_cluster(request, pytestconfig, "kubeadm")
+
+
+def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, bootstrap: str) -> Iterator[Cluster]:
+    spec = _spec(config)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    scope = config.getoption("cluster_scope")
+    provider = _provider_for(config, spec)
+    factory = ClusterFactory(config, request)
+    reuse = config.getoption("reuse_cluster")
+    junit_rec = junit.PhaseRecorder(f"{spec.namespace}-{spec.name}")
+
+    if bootstrap == "none":
+        spec = spec.with_overrides(name=f"{spec.name}-bare"[:40])
+    if worker and scope == "worker":
+        spec = spec.with_overrides(name=f"{spec.name}-{worker}"[:40])
+    if reuse and provider.list_machines(spec.name, spec.namespace):
+        ctl = MachineController(provider, factory.owner(), _bootstrapper(bootstrap, config))
+        log.info(f"reusing cluster {spec.namespace}/{spec.name}", extra={"cluster": spec.name})
+        yield ctl.adopt(spec)
+        return
+
+    if worker and scope == "shared":
+        # One cluster for the run: the first worker provisions it, owned by the master process.
+        state = _shared_dir(config) / f"{spec.name}.json"
+        master = config.workerinput["kh_master_pid"]
+        with FileLock(str(state) + ".lock"):
+            ctl = MachineController(provider, factory.owner(pid=master), _bootstrapper(bootstrap, config))
+            if state.exists():
+                cl = ctl.adopt(spec)
+            else:
+                with junit_rec.step("Up"):
+                    cl = ctl.provision(spec, keep_on_failure=factory.keep, on_failure=_collect_on_failure)
+                state.write_text(json.dumps({"name": spec.name, "namespace": spec.namespace,
+                                             "keep": factory.keep}))
+        yield cl
+        return  # the master tears it down in pytest_sessionfinish
+
+    with junit_rec.step("Up"):
+        cl = factory(spec, bootstrap=bootstrap)
+    t0 = time.monotonic()
+    before = request.session.testsfailed
+    try:
+        yield cl
+    finally:
+        junit_rec.add("Test", time.monotonic() - t0, failed=_failed(request.session, before))
+        with junit_rec.step("Down"):
+            factory.finish(_failed(request.session, before))
+        junit_rec.write(cl.timings)
+
+
+@pytest.fixture(scope="session")
+def machines(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    """Bare machines from the spec (no Kubernetes): for provider tests."""
+    yield from _session_cluster(request, pytestconfig, "none")

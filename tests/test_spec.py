@@ -1,0 +1,134 @@
+"""Spec loading and validation: every bad field is named with what is allowed."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.spec import SpecError, load, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+PROVIDERS = {"docker"}
+
+
+def base() -> dict:
+    return yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+
+
+def mutate(path: str, value):
+    doc = base()
+    cur = doc
+    keys = path.split(".")
+    for k in keys[:-1]:
+        if k.endswith("]"):
+            k, i = k[:-1].split("[")
+            cur = cur[k][int(i)]
+        else:
+            cur = cur.setdefault(k, {})
+    cur[keys[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("cfg", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(cfg):
+    s = load(cfg, PROVIDERS)
+    assert s.control_plane.replicas % 2 == 1
+    assert s.version.startswith("v1.")
+
+
+def test_default_config_shape():
+    s = load(ROOT / "configs" / "default.yaml", PROVIDERS)
+    assert (s.name, s.namespace, s.provider) == ("kh", "default", "docker")
+    assert s.control_plane.name == "kh-control-plane" and s.control_plane.role == "control-plane"
+    assert [(w.name, w.replicas) for w in s.workers] == [("kh-md-0", 2)]
+    assert s.machine_count == 3
+    assert s.minor == 34
+
+
+@pytest.mark.parametrize("path,value,field,allowed", [
+    ("spec.provider.name", "vsphere", "spec.provider.name", "registered providers"),
+    ("spec.topology.controlPlane.replicas", 0, "spec.topology.controlPlane.replicas", ">= 1"),
+    ("spec.topology.controlPlane.replicas", 2, "spec.topology.controlPlane.replicas", "odd number"),
+    ("spec.topology.controlPlane.replicas", "3", "spec.topology.controlPlane.replicas", "integer"),
+    ("spec.topology.workers.machineDeployments[0].replicas", 0,
+     "spec.topology.workers.machineDeployments[0].replicas", ">= 1"),
+    ("spec.topology.version", "1.34", "spec.topology.version", "vMAJOR.MINOR.PATCH"),
+    ("spec.topology.version", "v1.20.0", "spec.topology.version", "v1.31.x to v1.34.x"),
+    ("spec.topology.version", "v1.36.1", "spec.topology.version", "v1.31.x to v1.34.x"),
+    ("metadata.name", "My_Cluster", "metadata.name", "DNS-1123"),
+    ("metadata.namespace", "", "metadata.namespace", "DNS-1123"),
+    ("spec.clusterNetwork.pods", "10.96.0.0/12", "spec.clusterNetwork.services", "does not overlap"),
+    ("spec.clusterNetwork.pods", "banana", "spec.clusterNetwork.pods", "CIDR"),
+    ("spec.clusterNetwork.pods", "10.244.0.0/20", "spec.clusterNetwork.pods", "/16 or larger"),
+    ("spec.topology.workers.machineDeployments[0].name", "md_0",
+     "spec.topology.workers.machineDeployments[0].name", "DNS-1123"),
+    ("spec.topology.replicas", 3, "spec.topology.replicas", "one of the fields"),
+    ("spec.kubeadm", {"clusterConfig": {}}, "spec.kubeadm.clusterConfig", "clusterConfiguration"),
+    ("apiVersion", "cluster.x-k8s.io/v1beta1", "apiVersion", "harness.k8s.io/v1alpha1"),
+])
+def test_bad_field_is_named(path, value, field, allowed):
+    with pytest.raises(SpecError) as ei:
+        parse(mutate(path, value), "test.yaml", PROVIDERS)
+    e = ei.value
+    assert e.path == field
+    assert allowed in e.allowed
+    msg = str(e)
+    assert field in msg and repr(e.value) in msg and "test.yaml" in msg
+
+
+def test_duplicate_machine_deployment_names():
+    doc = base()
+    doc["spec"]["topology"]["workers"]["machineDeployments"].append({"name": "md-0", "replicas": 1})
+    with pytest.raises(SpecError, match=r"machineDeployments\[1\]\.name.*unique"):
+        parse(doc, "", PROVIDERS)
+
+
+def test_too_many_machines():
+    doc = mutate("spec.topology.workers.machineDeployments[0].replicas", 20)
+    with pytest.raises(SpecError, match="at most 10 machines"):
+        parse(doc, "", PROVIDERS)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpecError, match="--cluster-config"):
+        load(tmp_path / "nope.yaml", PROVIDERS)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Cluster\n  metadata: [\n")
+    with pytest.raises(SpecError, match="valid YAML"):
+        load(bad, PROVIDERS)
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump_all([base(), base()]))
+    with pytest.raises(SpecError, match="exactly one document of kind Cluster"):
+        load(two, PROVIDERS)
+
+
+def test_overrides_revalidate():
+    s = load(ROOT / "configs" / "default.yaml", PROVIDERS)
+    t = s.with_overrides(name="other", version="v1.33.6")
+    assert (t.name, t.version, t.control_plane.name) == ("other", "v1.33.6", "other-control-plane")
+    assert s.name == "kh"  # original untouched
+    with pytest.raises(SpecError, match="spec.topology.version"):
+        s.with_overrides(version="latest")
+
+
+def test_patches_are_kept():
+    doc = base()
+    doc["spec"]["kubeadm"] = {"clusterConfiguration": {"apiServer": {"extraArgs": [{"name": "v", "value": "2"}]}}}
+    s = parse(copy.deepcopy(doc), "", PROVIDERS)
+    assert s.kubeadm_patches["clusterConfiguration"]["apiServer"]["extraArgs"][0]["value"] == "2"
+
+
+def test_cli_validate_reports_field(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(yaml.safe_dump(mutate("spec.topology.controlPlane.replicas", 4)))
+    r = subprocess.run([sys.executable, "-m", "harness", "validate", "-c", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "spec.topology.controlPlane.replicas" in r.stderr and "odd number" in r.stderr
+    ok = subprocess.run([sys.executable, "-m", "harness", "validate", "-c", str(ROOT / "configs/default.yaml")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "default/kh v1.34.4" in ok.stdout

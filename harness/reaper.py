@@ -35,7 +35,10 @@ def owner_alive(labels: dict[str, str]) -> bool:
     if pid <= 0 or not psutil.pid_exists(pid):
         return False
     try:
-        return not started or abs(process_start(pid) - started) <= 1
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not started or abs(int(proc.create_time()) - started) <= 1
     except psutil.NoSuchProcess:
         return False
 

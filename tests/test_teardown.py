@@ -1,0 +1,158 @@
+"""Teardown really happens: on success, failure, Ctrl-C, SIGTERM and when an
+xdist worker is killed (the reaper). Uses a real Docker engine."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from providers.base import L_CLUSTER, L_KEEP, L_RUN
+
+pytestmark = [pytest.mark.docker]
+ROOT = Path(__file__).resolve().parent.parent
+INNER = ROOT / "tests" / "inner" / "bare_machines.py"
+
+
+@pytest.fixture
+def dk():
+    c = docker.from_env()
+    yield c
+    c.close()
+
+
+def leftovers(dk, cluster: str) -> list[str]:
+    f = {"label": f"{L_CLUSTER}={cluster}"}
+    return ([f"container:{c.name}" for c in dk.containers.list(all=True, filters=f)]
+            + [f"network:{n.name}" for n in dk.networks.list(filters=f)]
+            + [f"volume:{v.name}" for v in dk.volumes.list(filters=f)])
+
+
+@pytest.fixture
+def bare_config(tmp_path):
+    name = f"t{uuid.uuid4().hex[:6]}"
+    doc = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["topology"]["workers"]["machineDeployments"][0]["replicas"] = 1
+    p = tmp_path / "cluster.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    # the `machines` fixture names the cluster <name>-bare
+    return p, f"{name}-bare"
+
+
+def run_inner(tmp_path, cfg, mode, *extra, wait=True, env_extra=None):
+    mark = tmp_path / "mark"
+    env = {**os.environ, "INNER_MODE": mode, "INNER_MARK": str(mark), "ARTIFACTS": str(tmp_path / "art"),
+           **(env_extra or {})}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    cmd = [sys.executable, "-m", "pytest", str(INNER), "-p", "no:cacheprovider", "-q",
+           "--rootdir", str(ROOT), "-o", "python_files=*.py", "--cluster-config", str(cfg), *extra]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    if not wait:
+        return p, mark
+    out, _ = p.communicate(timeout=600)
+    return p.returncode, out, mark
+
+
+def test_teardown_after_pass(dk, tmp_path, bare_config):
+    cfg, cluster = bare_config
+    rc, out, mark = run_inner(tmp_path, cfg, "pass")
+    assert rc == 0, out
+    assert len(mark.read_text().split()) == 2  # one control plane + one worker really existed
+    assert leftovers(dk, cluster) == [], out
+
+
+def test_teardown_after_failure_collects_artifacts(dk, tmp_path, bare_config):
+    cfg, cluster = bare_config
+    rc, out, mark = run_inner(tmp_path, cfg, "fail")
+    assert rc == 1, out
+    assert leftovers(dk, cluster) == [], out
+    art = tmp_path / "art" / "clusters" / f"default-{cluster}"
+    assert (art / "cluster.yaml").exists(), out
+    machine_dirs = [d for d in art.iterdir() if d.is_dir()]
+    assert len(machine_dirs) == 2, list(art.iterdir())
+    assert any(f.stat().st_size > 0 for d in machine_dirs for f in d.iterdir()), "empty machine logs"
+    junit = list((tmp_path / "art").glob("junit_*.xml"))
+    assert junit, "no Prow-style junit_*.xml"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_teardown_on_interrupt(dk, tmp_path, bare_config, sig):
+    cfg, cluster = bare_config
+    p, mark = run_inner(tmp_path, cfg, "sleep", wait=False)
+    end = time.monotonic() + 300
+    while not mark.exists():
+        assert p.poll() is None, p.stdout.read()
+        assert time.monotonic() < end, "machines never came up"
+        time.sleep(0.5)
+    assert leftovers(dk, cluster), "machines should exist while the test runs"
+    os.killpg(p.pid, sig)
+    out, _ = p.communicate(timeout=180)
+    assert p.returncode != 0
+    assert leftovers(dk, cluster) == [], out
+
+
+def test_keep_cluster_then_cli_down(dk, tmp_path, bare_config):
+    cfg, cluster = bare_config
+    rc, out, mark = run_inner(tmp_path, cfg, "pass", "--keep-cluster")
+    assert rc == 0, out
+    try:
+        left = leftovers(dk, cluster)
+        assert any(x.startswith("container:") for x in left), out
+        kept = dk.containers.list(all=True, filters={"label": f"{L_CLUSTER}={cluster}"})
+        assert all(c.labels[L_KEEP] == "true" for c in kept)
+        # the reaper never takes kept clusters, even though their owner is gone
+        r = subprocess.run([sys.executable, "-m", "harness", "reap"], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        assert leftovers(dk, cluster) == left
+    finally:
+        r = subprocess.run([sys.executable, "-m", "harness", "down", cluster], capture_output=True, text=True,
+                           cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert leftovers(dk, cluster) == []
+
+
+def test_killed_xdist_worker_is_reaped(dk, tmp_path, bare_config):
+    """SIGKILL a worker: no finalizer runs there, the master's reaper cleans up."""
+    cfg, cluster = bare_config
+    cluster = f"{cluster}-gw0"
+    rc, out, mark = run_inner(tmp_path, cfg, "kill", "-n", "1", "--cluster-scope", "worker")
+    assert mark.exists(), out
+    assert rc != 0, out  # the crashed test is reported
+    assert leftovers(dk, cluster) == [], out
+    assert "reaping run" in out, out  # the master's reaper did it, not a finalizer
+
+
+def test_reaper_removes_objects_of_dead_process(dk, tmp_path):
+    """A process that provisions and dies without cleanup leaves labelled
+    objects; the reaper removes exactly those and not a live run's."""
+    name = f"r{uuid.uuid4().hex[:6]}"
+    code = f"""
+import os
+from harness.controller import MachineController
+from harness.reaper import current_owner
+from harness.spec import load
+from providers import registry
+spec = load({str(ROOT / 'configs' / 'single.yaml')!r}).with_overrides(name={name!r})
+p = registry.get('docker')
+MachineController(p, current_owner('dead-{name}')).provision(spec)
+os._exit(0)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert leftovers(dk, name), "the dead process should have left machines"
+    from harness import reaper
+    from providers import registry
+    deleted = reaper.reap(registry.get("docker"))
+    assert any(name in d for d in deleted), deleted
+    assert leftovers(dk, name) == []
+    assert not dk.containers.list(all=True, filters={"label": f"{L_RUN}=dead-{name}"})

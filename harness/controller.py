@@ -151,7 +151,7 @@ class MachineController:
 
     def scale(self, cluster: Cluster, deployment: str, replicas: int) -> list[Machine]:
         """Set a MachineDeployment's replicas; returns created machines.
-        Scaling down removes the newest machines first, draining them."""
+        Scaling down drains and removes the machines beyond the count."""
         if deployment not in cluster.deployments:
             raise KeyError(f"no MachineDeployment {deployment!r}; have {sorted(cluster.deployments)}")
         md = cluster.deployments[deployment]

@@ -207,6 +207,13 @@ class ClusterFactory:
         self.created.append((ctl, cluster))
         return cluster
 
+    def controller(self, cluster: Cluster) -> MachineController:
+        """The machine controller that owns ``cluster`` (for scale/repair)."""
+        for ctl, c in self.created:
+            if c is cluster:
+                return ctl
+        raise KeyError(f"{cluster!r} was not made by this factory")
+
     def finish(self, failed: bool) -> None:
         for ctl, cluster in reversed(self.created):
             if failed:

@@ -2,7 +2,10 @@ module kubebuild
 
 go 1.24.0
 
-require k8s.io/kubernetes v1.34.4
+require (
+	k8s.io/kubernetes v1.34.4
+	k8s.io/sample-apiserver v0.0.0
+)
 
 require (
 	cel.dev/expr v0.24.0 // indirect
@@ -65,6 +68,7 @@ require (
 	github.com/grpc-ecosystem/go-grpc-prometheus v1.2.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/ishidawataru/sctp v0.0.0-20250521072954-ae8eb7fa7995 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect

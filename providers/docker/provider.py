@@ -457,6 +457,14 @@ class DockerProvider(MachineProvider):
     def exec(self, machine: Machine, cmd: Sequence[str], *, input: bytes | None = None,
              check: bool = True, timeout: float | None = None, env: Mapping[str, str] | None = None) -> ExecResult:
         cmd = [str(c) for c in cmd]
+        code, out, err = self._exec_bytes(machine, cmd, input, timeout, env)
+        res = ExecResult(code, _dec(out), _dec(err))
+        if check and res.exit_code != 0:
+            raise ExecError(machine.name, cmd, res)
+        return res
+
+    def _exec_bytes(self, machine: Machine, cmd: list[str], input: bytes | str | None = None,
+                    timeout: float | None = None, env: Mapping[str, str] | None = None) -> tuple[int, bytes, bytes]:
         if isinstance(input, str):
             input = input.encode()
         try:
@@ -470,17 +478,12 @@ class DockerProvider(MachineProvider):
         if timed_out:
             self._kill_exec(ex["Id"])
             raise ExecTimeout(machine.name, cmd, timeout or 0, ExecResult(-1, _dec(out), _dec(err)))
-        code = None
-        for _ in range(50):
+        for _ in range(100):
             info = self.api.exec_inspect(ex["Id"])
             if not info.get("Running") and info.get("ExitCode") is not None:
-                code = info["ExitCode"]
-                break
+                return int(info["ExitCode"]), out, err
             time.sleep(0.05)
-        res = ExecResult(code if code is not None else -1, _dec(out), _dec(err))
-        if check and res.exit_code != 0:
-            raise ExecError(machine.name, cmd, res)
-        return res
+        return -1, out, err
 
     def _exec_stream(self, exec_id: str, input: bytes | None, timeout: float | None) -> tuple[bytes, bytes, bool]:
         """Attach to an exec: write input (then half-close), read the
@@ -581,11 +584,30 @@ class DockerProvider(MachineProvider):
         return self.api.base_url.startswith("http+docker://localhost")
 
     # --------------------------------------------------------------- files
+    def _on_tmpfs(self, machine: Machine, path: str) -> bool:
+        """Whether path is on one of the container's tmpfs mounts while it
+        runs: the engine's archive API only sees the container's filesystem
+        and volumes, not tmpfs mounts (docker cp has the same limitation)."""
+        try:
+            info = self.api.inspect_container(machine.name)
+        except derr.NotFound as e:
+            raise ProviderError(f"{machine.name}: no such machine") from e
+        if not info["State"].get("Running"):
+            return False
+        p = os.path.normpath(path)
+        return any(p == t or p.startswith(t.rstrip("/") + "/") for t in (info["HostConfig"].get("Tmpfs") or {}))
+
     def copy_to(self, machine: Machine, dest: str, data: bytes, mode: int = 0o644) -> None:
         if not dest.startswith("/"):
             raise ValueError(f"copy_to: dest must be absolute, got {dest!r}")
         if isinstance(data, str):
             data = data.encode()
+        if self._on_tmpfs(machine, dest):
+            script = 'mkdir -p "$(dirname "$1")" && cat > "$1.kh-tmp" && chmod "$2" "$1.kh-tmp" && mv -f "$1.kh-tmp" "$1"'
+            code, _, err = self._exec_bytes(machine, ["sh", "-c", script, "sh", dest, f"{mode:o}"], data, 300)
+            if code != 0:
+                raise ProviderError(f"{machine.name}: copy to {dest}: {_dec(err).strip()}")
+            return
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tf:
             ti = tarfile.TarInfo(dest.lstrip("/"))
@@ -601,6 +623,13 @@ class DockerProvider(MachineProvider):
 
     def copy_from(self, machine: Machine, src: str) -> bytes:
         """A file's content; for a directory, a tar archive of it."""
+        if self._on_tmpfs(machine, src):
+            code, out, err = self._exec_bytes(
+                machine, ["sh", "-c", 'if [ -d "$1" ]; then tar -C "$1" -cf - .; else cat "$1"; fi', "sh", src],
+                None, 300)
+            if code != 0:
+                raise ProviderError(f"{machine.name}: copy from {src}: {_dec(err).strip()}")
+            return out
         try:
             stream, stat = self.api.get_archive(machine.name, src)
         except derr.NotFound as e:
@@ -703,6 +732,11 @@ class DockerProvider(MachineProvider):
         failed units and /var/log/pods. Never raises."""
         out = Path(dest_dir)
         written: list[str] = []
+        try:
+            self.api.inspect_container(machine.name)
+        except Exception as e:  # gone (or no engine): nothing to collect
+            log.warning(f"collect_artifacts {machine.name}: {e}")
+            return written
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -864,7 +898,9 @@ class DockerProvider(MachineProvider):
             self.copy_to(m, HAPROXY_CFG, cfg.encode())
 
     def _wait_lb(self, name: str, port: int, timeout: float = 30) -> None:
-        """Until haproxy runs and its published port accepts connections."""
+        """Until haproxy runs and accepts connections on its port (checked
+        inside the container: docker-proxy accepts on the host side even
+        when nothing listens behind it)."""
         end = time.monotonic() + timeout
         detail = ""
         while time.monotonic() < end:
@@ -873,15 +909,18 @@ class DockerProvider(MachineProvider):
             if not st.get("Running") and not st.get("Restarting") and st.get("Status") != "created":
                 raise ProviderError(f"load balancer {name} exited ({st.get('ExitCode')}): "
                                     f"{_dec(self.api.logs(name))[-2000:]}")
-            m = self._to_machine(info)
-            host, hport = self.host_endpoint(m, port)
-            try:
-                with socket.create_connection((host, hport), timeout=2):
-                    return
-            except OSError as e:
-                detail = str(e)
+            if st.get("Running"):
+                m = self._to_machine(info)
+                try:
+                    r = self.exec(m, ["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"], check=False, timeout=10)
+                    if r.ok:
+                        return
+                    detail = r.stderr.strip()
+                except ProviderError as e:
+                    detail = str(e)
             time.sleep(0.2)
-        raise ProviderError(f"load balancer {name} not accepting connections after {timeout:.0f}s: {detail}")
+        raise ProviderError(f"load balancer {name} not accepting connections after {timeout:.0f}s: {detail}\n"
+                            f"{_dec(self.api.logs(name))[-2000:]}")
 
     # ----------------------------------------------------------------- images
     def node_image(self, version: str | None, **kw: Any) -> str:
@@ -906,7 +945,7 @@ def haproxy_config(backends: Sequence[tuple[str, str]], port: int = API_PORT) ->
         "# generated by kube-harness (docker provider)",
         "global",
         "  log stdout format raw local0 info",
-        "  maxconn 20000",
+        "  maxconn 4000",  # fits the default fd limit of a container
         "defaults",
         "  mode tcp",
         "  log global",

@@ -3,6 +3,7 @@ module kubebuild
 go 1.24.0
 
 require (
+	github.com/onsi/ginkgo/v2 v2.21.0
 	k8s.io/kubernetes v1.34.4
 	k8s.io/sample-apiserver v0.0.0
 )
@@ -91,7 +92,6 @@ require (
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
-	github.com/onsi/ginkgo/v2 v2.21.0 // indirect
 	github.com/onsi/gomega v1.35.1 // indirect
 	github.com/opencontainers/cgroups v0.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect

@@ -363,3 +363,21 @@ def test_node_image_hook(provider, image):
     with pytest.raises(NotImplementedError, match="node image"):
         provider.node_image("v1.34.4")
     assert provider.node_image(None) == image  # machines only: the base image
+
+
+@pytest.mark.skipif(os.path.exists("/sys/fs/cgroup/cgroup.controllers"), reason="cgroup v1 host only")
+def test_cgroup_v1_fixups_without_cgroupns(provider, cluster):
+    """cgroupns=host on a cgroup v1 host: the entrypoint's kind-style fix-ups
+    (unscoped hierarchies unmounted, host cgroup path bind-mounted, /kubelet
+    cgroup roots) let systemd and containerd run all the same."""
+    m = cluster.machine("w-1", cgroupns="host")
+    assert "applying cgroup v1 fix-ups" in provider.logs(m)
+    r = provider.exec(m, ["sh", "-c", "systemctl is-system-running; systemctl is-active containerd; "
+                                      "p=$(cut -d: -f3 /proc/1/cgroup | grep -m1 docker | sed 's#/init.scope##'); "
+                                      "test -d /sys/fs/cgroup/memory$p && echo host-path-ok; "
+                                      "test -d /sys/fs/cgroup/memory/kubelet && test -d /sys/fs/cgroup/cpuset/kubelet.slice "
+                                      "&& test -d /sys/fs/cgroup/systemd/kubelet.slice && echo kubelet-roots-ok"],
+                      check=False)
+    lines = r.stdout.split()
+    assert lines[:2] == ["running", "active"], r
+    assert "host-path-ok" in lines and "kubelet-roots-ok" in lines, r

@@ -275,7 +275,13 @@ class DockerProvider(MachineProvider):
         priv, raw_host = self._privilege(opts)
         host.update(priv)
         container = dict(hostname=spec.name, labels=labels, tty=True, environment=env, stop_signal="SIGRTMIN+3")
-        self._create_and_start(spec.name, spec.image, net["Id"], ports_spec, container, host, raw_host)
+        try:
+            self._create_and_start(spec.name, spec.image, net["Id"], ports_spec, container, host, raw_host)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                if self.get_machine(spec.name) is None:  # nothing uses it: do not leave it behind
+                    self._remove_volume(vol)
+            raise
         m = self.get_machine(spec.name)
         if m is None:
             raise ProviderError(f"{spec.name}: container vanished after start")
@@ -730,6 +736,13 @@ class DockerProvider(MachineProvider):
     def collect_artifacts(self, machine: Machine, dest_dir: str) -> list[str]:
         """journal (all, kubelet, containerd), docker inspect, container log,
         failed units and /var/log/pods. Never raises."""
+        try:
+            return self._collect(machine, dest_dir)
+        except Exception as e:  # runs on failure paths: report, never raise
+            log.warning(f"collect_artifacts {machine.name}: {type(e).__name__}: {e}")
+            return []
+
+    def _collect(self, machine: Machine, dest_dir: str) -> list[str]:
         out = Path(dest_dir)
         written: list[str] = []
         try:
@@ -769,7 +782,7 @@ class DockerProvider(MachineProvider):
         if running and role == "load-balancer":
             save("haproxy.cfg", lambda: self.copy_from(machine, HAPROXY_CFG))
         elif running:
-            save("journal.log", lambda: run("journalctl", "--no-pager", "-o", "short-precise", "-b"))
+            save("journal.log", lambda: run("journalctl", "--no-pager", "-o", "short-precise"))
             save("kubelet.log", lambda: run("journalctl", "--no-pager", "-o", "short-precise", "-u", "kubelet"))
             save("containerd.log", lambda: run("journalctl", "--no-pager", "-o", "short-precise", "-u", "containerd"))
             save("systemd-units.txt", lambda: run("systemctl", "list-units", "--all", "--no-pager"))

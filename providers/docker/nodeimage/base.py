@@ -48,7 +48,8 @@ SUITE = "bookworm"
 VARIANT = "minbase"
 #: sandbox (pause) image written into containerd's config.toml; a node image
 #: build may change it with ``/usr/local/bin/kh-sandbox-image.sh <image>``
-DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+# (pause 3.10.1 is what kubeadm v1.34, the harness's default version, expects)
+DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
 
 PACKAGES: tuple[str, ...] = (
     # init system inside the container
@@ -348,7 +349,7 @@ def _build_rootfs(tarball: Path, sandbox_image: str, pr: _Progress) -> None:
         mode = "root" if os.geteuid() == 0 else "unshare"
         cmd = mmdebstrap_command(out, sandbox_image, debs, mode)
         pr("rootfs", f"mmdebstrap {SUITE} ({VARIANT}, {len(PACKAGES)} packages, mode {mode}) into {work}")
-        _run_logged(cmd, pr, "rootfs", work, env, cache / "mmdebstrap.log")
+        _run_logged(cmd, pr, "rootfs", work, env, cache / f"mmdebstrap-{tarball.stem.split('-')[-1]}.log")
         os.replace(out, tarball)  # same filesystem: atomic
         pr("rootfs", f"rootfs {tarball} ({tarball.stat().st_size / 2**20:.0f} MiB)")
     finally:
@@ -398,7 +399,7 @@ def _prune_cache(cache: Path, keep: Path, max_tarballs: int = 2) -> None:
             with contextlib.suppress(OSError):
                 p.unlink()
     day = time.time() - 86400
-    for p in cache.glob("build-*.lock"):
+    for p in [*cache.glob("build-*.lock"), *cache.glob("mmdebstrap-*.log")]:
         with contextlib.suppress(OSError):
             if p.stat().st_mtime < day:
                 p.unlink()

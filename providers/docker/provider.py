@@ -26,6 +26,12 @@ Provider options (``spec.provider.options``; they also arrive as
     kind's cgroup v1 fix-ups).
 ``boot_timeout``
     seconds to wait for systemd (default 120).
+``wait``
+    ``create_machine`` waits until systemd is up (default true).
+``stop_timeout``
+    seconds ``stop_machine`` gives systemd to halt before SIGKILL (default 30).
+``subnet`` / ``mtu``
+    of the cluster network (default: Docker picks a free subnet; MTU 1500).
 ``extra_mounts``
     list of ``{"host_path", "container_path", "readonly": false,
     "propagation": "private|rslave|rshared"}`` (camelCase ``hostPath`` /
@@ -79,7 +85,6 @@ log = logging.getLogger("harness.provider.docker")
 API_PORT = 6443
 HAPROXY_CFG = "/usr/local/etc/haproxy/haproxy.cfg"
 HAPROXY_CMD = ["haproxy", "-W", "-db", "-f", HAPROXY_CFG]
-MACHINE_OPTION_KEYS = {"extra_mounts", "extra_ports", "env", "memory", "cpus"}
 
 
 class ExecTimeout(ProviderError, TimeoutError):

@@ -1,0 +1,2 @@
+"""kubeadm bootstrap: config generation (config), the Bootstrapper (bootstrap)
+and the harness's minimal CNI (cni)."""

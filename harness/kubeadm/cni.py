@@ -1,0 +1,286 @@
+"""A minimal CNI for harness clusters, modelled on kindnet.
+
+Every node gets a ``spec.podCIDR`` (a /24 of the cluster's pod network)
+from kube-controller-manager (``allocate-node-cidrs``). Then, per node:
+
+* ``/etc/cni/net.d/10-kube-harness.conflist``: the reference ``ptp`` plugin
+  (a veth pair per pod, /32 host route; no bridge, so hairpin traffic
+  through a Service works without hairpin mode) with ``host-local`` IPAM
+  over that node's podCIDR (state on /run, so a restarted node starts with
+  a clean allocation) and ``portmap`` for hostPort. Loopback needs no
+  entry: containerd's CRI sets up ``lo`` itself with ``/opt/cni/bin/loopback``.
+* a route to every *other* node's podCIDR via that node's InternalIP
+  (``ip route replace <cidr> via <ip>``, as kindnet does); routes to pod
+  CIDRs of nodes that are gone are deleted. All nodes share one L2 network
+  (the provider's bridge), so no encapsulation is needed.
+* masquerade of pod traffic leaving the pod network (to node addresses and
+  beyond), so replies find their way back through the node; pod-to-pod
+  traffic keeps its source address (chain ``KH-CNI-MASQ`` in ``nat``).
+
+All of this is one idempotent shell script (:data:`SYNC_SCRIPT`) that takes
+the node table (``name podCIDR internalIP`` lines) on stdin. The harness
+runs it on every machine through :func:`sync_routes` (from the bootstrapper's
+``init``/``join``/``ready``, i.e. after provisioning, scale-up and repair),
+and a small systemd unit on each node (``kh-cni.service``) runs it every
+few seconds with the node table from ``kubectl`` and the kubelet's own
+credentials, so routes come back after a node container restart (which
+loses its routing table) without the harness being involved.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.cluster import Cluster
+    from providers.base import Machine
+
+log = logging.getLogger("harness.kubeadm.cni")
+
+NETWORK_NAME = "kube-harness"
+CONFLIST_PATH = "/etc/cni/net.d/10-kube-harness.conflist"
+SYNC_PATH = "/usr/local/bin/kh-cni-sync"
+AGENT_PATH = "/usr/local/bin/kh-cni-agent"
+ENV_PATH = "/etc/kube-harness/cni.env"
+UNIT_NAME = "kh-cni.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+IPAM_DIR = "/run/cni-ipam-state"
+MASQ_CHAIN = "KH-CNI-MASQ"
+AGENT_INTERVAL = 10
+
+
+@dataclass(frozen=True)
+class NodeNet:
+    name: str
+    pod_cidr: str  # "" until kube-controller-manager assigned one
+    ip: str  # InternalIP
+
+    def line(self) -> str:
+        return f"{self.name} {self.pod_cidr or '-'} {self.ip or '-'}"
+
+
+def conflist(pod_cidr: str, mtu: int = 1500) -> dict:
+    """The CNI network configuration list for a node's podCIDR."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": NETWORK_NAME,
+        "plugins": [
+            {
+                "type": "ptp",
+                "ipMasq": False,  # KH-CNI-MASQ does it, sparing pod-to-pod traffic
+                "mtu": mtu,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": IPAM_DIR,
+                    "ranges": [[{"subnet": pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def node_table(nodes: Iterable[NodeNet]) -> str:
+    return "".join(n.line() + "\n" for n in sorted(nodes, key=lambda n: n.name))
+
+
+def desired_routes(self_name: str, nodes: Iterable[NodeNet]) -> list[tuple[str, str]]:
+    """``(podCIDR, via)`` for every other node that has both."""
+    return sorted((n.pod_cidr, n.ip) for n in nodes if n.name != self_name and n.pod_cidr and n.ip)
+
+
+# The node-side sync. Arguments: NODE_NAME CLUSTER_POD_CIDR; stdin: the node
+# table. Prints what it changed. Exit 0 unless a command failed.
+# The conflist body is the same as conflist() (tests compare them).
+SYNC_SCRIPT = r"""#!/bin/bash
+# kh-cni-sync: make this node's CNI config, pod routes and masquerade rules
+# match the node table on stdin ("name podCIDR internalIP" lines, "-" = none).
+# Idempotent; written by kube-harness (harness/kubeadm/cni.py).
+set -o errexit -o nounset -o pipefail
+self=${1:?node name} cluster_cidr=${2:?cluster pod CIDR}
+conflist=${KH_CNI_CONFLIST:-@CONFLIST@}
+ipam_dir=${KH_CNI_IPAM_DIR:-@IPAM@}
+chain=@CHAIN@
+table=$(cat)
+# one sync at a time (the harness and the node agent both run this)
+exec 9>"${KH_CNI_LOCK:-/run/kh-cni.lock}"
+flock -w 30 9
+
+mine=$(awk -v n="$self" '$1 == n && $2 != "-" {print $2; exit}' <<<"$table")
+if [[ -n "$mine" ]]; then
+  dev=$(ip -4 route show default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}')
+  mtu=$(cat "/sys/class/net/${dev:-eth0}/mtu" 2>/dev/null || echo 1500)
+  want=$(cat <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "@NETWORK@",
+  "plugins": [
+    {
+      "type": "ptp",
+      "ipMasq": false,
+      "mtu": $mtu,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$ipam_dir",
+        "ranges": [[{"subnet": "$mine"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+)
+  have=$(cat "$conflist" 2>/dev/null || true)
+  if [[ "$have" != "$want" ]]; then
+    mkdir -p "$(dirname "$conflist")"
+    printf '%s\n' "$want" >"$conflist.tmp.$$"
+    if [[ -n "$have" && "$have" != *"\"subnet\": \"$mine\""* ]]; then
+      # the node got another podCIDR: addresses allocated from the old one are stale
+      rm -rf "${ipam_dir:?}/@NETWORK@"
+    fi
+    mv "$conflist.tmp.$$" "$conflist"
+    echo "conflist $mine mtu $mtu"
+  fi
+fi
+
+# routes to the other nodes' pod CIDRs
+declare -A want_routes=()
+while read -r name cidr ip; do
+  [[ -z "$name" || "$name" == "$self" || "$cidr" == "-" || "$ip" == "-" ]] && continue
+  want_routes["$cidr"]=$ip
+  cur=$(ip -4 route show exact "$cidr" 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "via") {print $(i+1); exit}}')
+  if [[ "$cur" != "$ip" ]]; then
+    ip route replace "$cidr" via "$ip"
+    echo "route $cidr via $ip"
+  fi
+done <<<"$table"
+# stale routes (a node that is gone or got another podCIDR)
+while read -r dst rest; do
+  [[ -z "$dst" || "$rest" != *" via "* && "$rest" != "via "* ]] && continue
+  if [[ -z "${want_routes[$dst]+x}" ]]; then
+    ip route del "$dst" || true
+    echo "route $dst removed"
+  fi
+done < <(ip -4 route show root "$cluster_cidr" 2>/dev/null || true)
+
+# masquerade pod traffic that leaves the pod network (atomic refill of our chain)
+rules=$(cat <<EOF
+*nat
+:$chain - [0:0]
+-A $chain -d $cluster_cidr -m comment --comment "kube-harness cni: pod to pod" -j RETURN
+-A $chain -m comment --comment "kube-harness cni: leaving the pod network" -j MASQUERADE
+COMMIT
+EOF
+)
+iptables-restore --noflush <<<"$rules"
+if ! iptables -t nat -C POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain" 2>/dev/null; then
+  iptables -t nat -A POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain"
+  echo "masquerade $cluster_cidr"
+fi
+""".replace("@CONFLIST@", CONFLIST_PATH).replace("@IPAM@", IPAM_DIR).replace("@CHAIN@", MASQ_CHAIN) \
+   .replace("@NETWORK@", NETWORK_NAME)
+
+# Node-local agent: the same sync every AGENT_INTERVAL seconds, with the node
+# table from the API (the kubelet's credentials may read Node objects).
+AGENT_SCRIPT = r"""#!/bin/bash
+# kh-cni-agent: run kh-cni-sync periodically (kube-harness, harness/kubeadm/cni.py)
+set -o nounset
+. @ENV@
+kubeconfig=/etc/kubernetes/kubelet.conf
+[[ -r /etc/kubernetes/admin.conf ]] && kubeconfig=/etc/kubernetes/admin.conf
+jp='{range .items[*]}{.metadata.name}{"|"}{.spec.podCIDR}{"|"}{range .status.addresses[?(@.type=="InternalIP")]}{.address}{end}{"\n"}{end}'
+while :; do
+  if raw=$(kubectl --kubeconfig="$kubeconfig" --request-timeout=10s get nodes -o jsonpath="$jp" 2>/dev/null); then
+    # empty fields become "-" for kh-cni-sync
+    table=$(awk -F'|' 'NF {printf "%s %s %s\n", $1, ($2 != "" ? $2 : "-"), ($3 != "" ? $3 : "-")}' <<<"$raw")
+    out=$(@SYNC@ "$NODE_NAME" "$CLUSTER_POD_CIDR" <<<"$table" 2>&1) || echo "kh-cni-sync failed: $out"
+    [[ -n "$out" ]] && echo "$out"
+  fi
+  sleep "${INTERVAL:-@INTERVAL@}"
+done
+""".replace("@ENV@", ENV_PATH).replace("@SYNC@", SYNC_PATH).replace("@INTERVAL@", str(AGENT_INTERVAL))
+
+UNIT = f"""[Unit]
+Description=kube-harness CNI routes and config (kh-cni-sync every {AGENT_INTERVAL}s)
+After=kubelet.service
+
+[Service]
+ExecStart={AGENT_PATH}
+Restart=always
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def env_file(node_name: str, cluster_pod_cidr: str) -> str:
+    return f"NODE_NAME={shlex.quote(node_name)}\nCLUSTER_POD_CIDR={shlex.quote(cluster_pod_cidr)}\n"
+
+
+# ----------------------------------------------------------------- cluster
+def node_networks(cluster: "Cluster") -> list[NodeNet]:
+    out = []
+    for n in cluster.core.list_node().items:
+        ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), "")
+        out.append(NodeNet(n.metadata.name, n.spec.pod_cidr or "", ip))
+    return out
+
+
+def install(cluster: "Cluster", machine: "Machine") -> None:
+    """Put the sync script, the agent and its unit on a machine (idempotent;
+    the agent starts once the kubelet has credentials)."""
+    p = cluster.provider
+    p.copy_to(machine, SYNC_PATH, SYNC_SCRIPT.encode(), mode=0o755)
+    p.copy_to(machine, AGENT_PATH, AGENT_SCRIPT.encode(), mode=0o755)
+    p.copy_to(machine, ENV_PATH, env_file(machine.name, cluster.spec.pod_cidr).encode())
+    p.copy_to(machine, UNIT_PATH, UNIT.encode())
+    p.exec(machine, ["bash", "-c", f"systemctl daemon-reload && systemctl enable {UNIT_NAME} >/dev/null 2>&1; "
+                                   f"systemctl restart {UNIT_NAME}"], timeout=60)
+
+
+def sync_machine(cluster: "Cluster", machine: "Machine", nodes: Iterable[NodeNet]) -> str:
+    r = cluster.provider.exec(machine, ["bash", "-c", f'if [ ! -x {SYNC_PATH} ]; then exit 127; fi; '
+                                                      f'exec {SYNC_PATH} "$0" "$1"',
+                                        machine.name, cluster.spec.pod_cidr],
+                              input=node_table(nodes).encode(), check=False, timeout=60)
+    if r.exit_code == 127:
+        install(cluster, machine)
+        r = cluster.provider.exec(machine, [SYNC_PATH, machine.name, cluster.spec.pod_cidr],
+                                  input=node_table(nodes).encode(), check=True, timeout=60)
+    elif not r.ok:
+        from providers.base import ExecError
+        raise ExecError(machine.name, [SYNC_PATH, machine.name], r)
+    return r.stdout.strip()
+
+
+def sync_routes(cluster: "Cluster", machines: Iterable["Machine"] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Bring the CNI config, pod routes and masquerade rules of every running
+    node machine in line with the Node objects. Idempotent; safe to call
+    after scale-up, repair or a node restart. Returns ``{machine: routes}``
+    (the routes each machine should now have)."""
+    nodes = node_networks(cluster)
+    ms = [m for m in (machines if machines is not None else cluster.machines())
+          if m.role in ("control-plane", "worker") and m.state == "running"]
+
+    def one(m: "Machine") -> tuple[str, list[tuple[str, str]]]:
+        changed = sync_machine(cluster, m, nodes)
+        if changed:
+            log.info(f"cni: {'; '.join(changed.splitlines())}", extra={"cluster": cluster.name, "machine": m.name,
+                                                                        "phase": "cni"})
+        return m.name, desired_routes(m.name, nodes)
+
+    if not ms:
+        return {}
+    with cf.ThreadPoolExecutor(max_workers=min(4, len(ms))) as ex:
+        return dict(ex.map(one, ms))
+
+
+def conflist_json(pod_cidr: str, mtu: int = 1500) -> str:
+    return json.dumps(conflist(pod_cidr, mtu), indent=2)

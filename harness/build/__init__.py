@@ -1,0 +1,1 @@
+"""Air-gapped builds: Kubernetes from Go modules, component images, node image."""

@@ -1,0 +1,46 @@
+"""python -m harness.build --version v1.34.4 [--node-image] [--e2e] [--release-dir DIR]"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..progress import configure
+from . import images, kube
+from .cache import BuildError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.build", description=__doc__)
+    ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
+    ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
+    ap.add_argument("--e2e", action="store_true", help="also build e2e.test, ginkgo and the e2e test images")
+    ap.add_argument("--release-dir", default=None, help="use official release binaries from this directory")
+    a = ap.parse_args(argv)
+    configure()
+    t0 = time.monotonic()
+    try:
+        version = a.version or kube.default_version()
+        kd = kube.build_kubernetes(version, source="release" if a.release_dir else "build",
+                                   release_dir=a.release_dir)
+        print(f"kubernetes {version}: {kd / 'bin'}")
+        if a.node_image:
+            from .nodeimage import build_node_image
+            print(f"node image: {build_node_image(version)}")
+        else:
+            for t in images.build_component_images(version, kd):
+                print(f"image: {t}")
+        if a.e2e:
+            from .. import conformance
+            from . import e2eimages
+            print(f"e2e.test: {conformance.ensure_e2e(version)}")
+            e2eimages.build_e2e_images(version)
+    except BuildError as e:
+        print(f"build failed: {e}", file=sys.stderr)
+        return 1
+    print(f"done in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Shared build plumbing: the cache dir, content hashes, locks, commands
+with streamed progress, tarballs and docker import."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from filelock import FileLock
+
+log = logging.getLogger("harness.build")
+ROOT = Path(__file__).resolve().parents[2]
+INPUT_HASH_LABEL = "harness.k8s.io/input-hash"
+DONE = ".complete"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("KUBE_HARNESS_CACHE") or Path.home() / ".cache" / "kube-harness")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def digest(*parts: object) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, Path):
+            p = p.read_bytes()
+        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def lock(name: str, timeout: float = 7200) -> Iterator[None]:
+    d = cache_dir() / "locks"
+    d.mkdir(exist_ok=True)
+    with FileLock(str(d / f"{name}.lock"), timeout=timeout):
+        yield
+
+
+def is_complete(d: Path) -> bool:
+    return (d / DONE).exists()
+
+
+def mark_complete(d: Path, info: dict) -> None:
+    (d / DONE).write_text(json.dumps({**info, "completed": time.time()}, indent=2))
+
+
+def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None, what: str = "",
+        timeout: float | None = None) -> str:
+    """Run a command, logging its output lines at debug and a heartbeat at
+    info every 30 s; raise BuildError with the output tail on failure."""
+    log.debug("run: " + " ".join(cmd), extra={"phase": what})
+    t0 = last = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    assert p.stdout is not None
+    for line in p.stdout:
+        out.append(line)
+        log.debug(line.rstrip(), extra={"phase": what})
+        now = time.monotonic()
+        if now - last > 30:
+            log.info(f"still building ({now - t0:.0f}s)", extra={"phase": what})
+            last = now
+        if timeout and now - t0 > timeout:
+            p.kill()
+            raise BuildError(f"{what or cmd[0]}: timed out after {timeout:.0f}s")
+    rc = p.wait()
+    if rc != 0:
+        raise BuildError(f"{what or ' '.join(cmd[:4])} failed (exit {rc}):\n{''.join(out)[-4000:]}")
+    return "".join(out)
+
+
+def tar_add(tf: tarfile.TarFile, name: str, *, data: bytes | None = None, mode: int = 0o644,
+            link: str | None = None, dir: bool = False) -> None:
+    ti = tarfile.TarInfo(name)
+    ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = 0, 0, 0, "root", "root"
+    if dir:
+        ti.type, ti.mode = tarfile.DIRTYPE, mode
+        tf.addfile(ti)
+    elif link is not None:
+        ti.type, ti.linkname, ti.mode = tarfile.SYMTYPE, link, 0o777
+        tf.addfile(ti)
+    else:
+        ti.size, ti.mode = len(data or b""), mode
+        tf.addfile(ti, io.BytesIO(data or b""))
+
+
+def image_labels(tag: str) -> dict[str, str] | None:
+    p = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", tag],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    return json.loads(p.stdout.strip() or "null") or {}
+
+
+def image_fresh(tag: str, h: str) -> bool:
+    labels = image_labels(tag)
+    return labels is not None and labels.get(INPUT_HASH_LABEL) == h
+
+
+def docker_import(tar: Path, tag: str, h: str, changes: Iterable[str] = ()) -> None:
+    cmd = ["docker", "import", "--change", f"LABEL {INPUT_HASH_LABEL}={h}"]
+    for c in changes:
+        cmd += ["--change", c]
+    run(cmd + [str(tar), tag], what=f"import {tag}")

@@ -1,0 +1,165 @@
+"""Kubernetes binaries built from the Go module proxy.
+
+``ci/kube-build`` requires k8s.io/kubernetes at the default version and pins
+every staging module by replace. Another version gets the same module
+generated into the cache from that release's own go.mod. Output is cached
+under $KUBE_HARNESS_CACHE/kube/<version>-<hash12>/bin, keyed by the module
+files, flags and Go version; a completion marker is written last.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..progress import phase
+from ..spec import VERSION_RE
+from .cache import ROOT, BuildError, cache_dir, digest, is_complete, lock, log, mark_complete, run
+
+KUBE_BUILD = ROOT / "ci" / "kube-build"
+COMMANDS = ("kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+            "kube-proxy")
+BUILD_DATE = "2026-01-01T00:00:00Z"  # fixed: reproducible binaries
+
+
+def default_version() -> str:
+    m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", (KUBE_BUILD / "go.mod").read_text(), re.M)
+    if not m:
+        raise BuildError(f"{KUBE_BUILD}/go.mod does not require k8s.io/kubernetes")
+    return m.group(1)
+
+
+def check_version(version: str) -> tuple[int, int, int]:
+    m = VERSION_RE.match(version or "")
+    if not m:
+        raise BuildError(f"invalid Kubernetes version {version!r}; allowed: vMAJOR.MINOR.PATCH, e.g. v1.34.4")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def ldflags(version: str) -> str:
+    major, minor, _ = check_version(version)
+    pairs = {
+        "gitVersion": version, "gitMajor": str(major), "gitMinor": str(minor), "gitTreeState": "clean",
+        "gitCommit": "0" * 40, "buildDate": BUILD_DATE,
+    }
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{k}={v}" for k, v in pairs.items()]
+    return " ".join(flags)
+
+
+def go_env() -> dict[str, str]:
+    return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
+
+
+def go_version() -> str:
+    try:
+        return subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BuildError(f"Go is needed to build Kubernetes ({e}); install Go >= 1.24 (ci/setup.sh does)") from None
+
+
+def module_dir(version: str) -> Path:
+    """The Go module that builds ``version``: ci/kube-build or a generated one."""
+    check_version(version)
+    if version == default_version():
+        return KUBE_BUILD
+    d = cache_dir() / "kube-src" / version
+    if is_complete(d):
+        return d
+    with lock(f"kube-src-{version}"), phase("go-module", machine=version):
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = Path(run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=KUBE_BUILD,
+                       env=go_env(), what="go mod download").split('"GoMod": "')[1].split('"')[0])
+        staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", tmp.read_text(), re.M)
+        if not staging:
+            raise BuildError(f"k8s.io/kubernetes@{version}: no staging replaces found in its go.mod")
+        _, minor, patch = check_version(version)
+        lines = ["module kubebuild", "", "go 1.24.0", "", f"require k8s.io/kubernetes {version}", "", "replace ("]
+        lines += [f"\t{m} => {m} v0.{minor}.{patch}" for m in staging] + [")", ""]
+        (d / "go.mod").write_text("\n".join(lines))
+        tools = [f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in COMMANDS]
+        (d / "tools.go").write_text("//go:build tools\n\npackage tools\n\nimport (\n" + "\n".join(tools) + "\n)\n")
+        run(["go", "mod", "tidy"], cwd=d, env=go_env(), what="go mod tidy")
+        mark_complete(d, {"version": version})
+    return d
+
+
+def output_dir(version: str) -> Path:
+    mod = module_dir(version)
+    key = digest("kube-v1", version, mod / "go.mod", mod / "go.sum", ldflags(version), go_version(), COMMANDS)
+    return cache_dir() / "kube" / f"{version}-{key[:12]}"
+
+
+def build_kubernetes(version: str | None = None, *, source: str = "build", release_dir: str | Path | None = None,
+                     force: bool = False) -> Path:
+    """Directory whose bin/ holds the Kubernetes commands of ``version``.
+
+    ``source="release"`` takes official release binaries from ``release_dir``
+    (for users with internet) instead of building."""
+    version = version or default_version()
+    check_version(version)
+    if source == "release":
+        return _from_release(version, Path(release_dir or ""))
+    if source != "build":
+        raise BuildError(f"source {source!r}; allowed: build, release")
+    out = output_dir(version)
+    if is_complete(out) and not force:
+        log.info(f"kubernetes {version}: cached at {out}", extra={"phase": "build-kubernetes"})
+        return out
+    mod = module_dir(version)
+    with lock(f"kube-{out.name}"):
+        if is_complete(out) and not force:
+            return out
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "bin").mkdir(parents=True)
+        with phase("build-kubernetes", machine=version):
+            run(["go", "build", "-trimpath", "-ldflags", ldflags(version), "-o", str(tmp / "bin") + "/",
+                 *[f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS]], cwd=mod, env=go_env(),
+                what=f"go build kubernetes {version}")
+        _verify(tmp / "bin", version)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        mark_complete(out, {"version": version, "source": "build"})
+    return out
+
+
+def _verify(bindir: Path, version: str) -> None:
+    for c in COMMANDS:
+        if not (bindir / c).is_file():
+            raise BuildError(f"{bindir}: {c} missing")
+    got = subprocess.run([str(bindir / "kubeadm"), "version", "-o", "short"], capture_output=True,
+                         text=True).stdout.strip()
+    if got != version:
+        raise BuildError(f"{bindir}/kubeadm reports version {got!r}, expected {version}")
+
+
+def _from_release(version: str, release_dir: Path) -> Path:
+    if not release_dir.is_dir():
+        raise BuildError(f"release_dir {str(release_dir)!r}: not a directory; allowed: a directory with the "
+                         f"official {version} binaries ({', '.join(COMMANDS)}), e.g. kubernetes/server/bin")
+    out = cache_dir() / "kube" / f"{version}-release-{digest(str(release_dir.resolve()))[:8]}"
+    (out / "bin").mkdir(parents=True, exist_ok=True)
+    for c in COMMANDS:
+        src = release_dir / c
+        if not src.is_file():
+            raise BuildError(f"release_dir {release_dir}: missing {c}")
+        shutil.copy2(src, out / "bin" / c)
+        os.chmod(out / "bin" / c, 0o755)
+    _verify(out / "bin", version)
+    mark_complete(out, {"version": version, "source": "release", "from": str(release_dir)})
+    return out
+
+
+def kubeadm_images(bindir: Path, version: str) -> dict[str, str]:
+    """What kubeadm pulls for ``version``: component -> tag."""
+    out = run([str(bindir / "kubeadm"), "config", "images", "list", "--kubernetes-version", version],
+              what="kubeadm config images list")
+    images = {}
+    for tag in out.split():
+        name = tag.rsplit("/", 1)[-1].split(":")[0]
+        images[name] = tag
+    return images

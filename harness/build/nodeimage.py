@@ -1,0 +1,115 @@
+"""The Kubernetes node image: the provider's base image plus kubeadm,
+kubelet, kubectl and every image kubeadm needs preloaded into containerd
+(namespace k8s.io), as kind's pkg/build/nodeimage does.
+
+A build container runs from the base image with containerd only (no
+systemd), imports the saved images with ``--no-unpack`` (the CRI plugin
+unpacks on first use), and is committed with the base image's entrypoint.
+The base image must not declare VOLUME /var, or the preloaded content would
+not be committed; machines get a named /var volume, which Docker fills from
+the image on first mount.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+from ..progress import phase
+from . import images, kube
+from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run
+
+REPOSITORY = "kube-harness/node"
+RECIPE = "node-v1"
+
+
+def base_image() -> str:
+    from providers.docker.nodeimage.base import build_base_image
+    return build_base_image(volume_var=False)
+
+
+def _image_id(tag: str) -> str:
+    return run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], what="inspect").strip()
+
+
+def _config(tag: str) -> dict:
+    return json.loads(run(["docker", "image", "inspect", "--format", "{{json .Config}}", tag], what="inspect"))
+
+
+def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str]) -> tuple[str, str]:
+    h = digest(RECIPE, version, _image_id(base), kube_dir.name,
+               sorted(f"{t}@{_image_id(t)}" for t in image_tags))
+    return f"{REPOSITORY}:{version}-{h[:12]}", h
+
+
+def check_image(image: str) -> str:
+    """A prebuilt node image the user named: it must exist locally."""
+    if image_labels(image) is None:
+        raise BuildError(f"node image {image!r} not found locally; allowed: an image in `docker images` "
+                         f"(load or pull it first), or leave it unset to build one")
+    return image
+
+
+def build_node_image(version: str | None = None, base: str | None = None, *, extra_images: list[str] = (),
+                     image: str | None = None) -> str:
+    if image:
+        return check_image(image)
+    version = version or kube.default_version()
+    kube_dir = kube.build_kubernetes(version)
+    tags = images.build_component_images(version, kube_dir) + list(extra_images)
+    base = base or base_image()
+    tag, h = node_image_tag(version, base, kube_dir, tags)
+    if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
+        log.info(f"node image {tag}: cached", extra={"phase": "node-image"})
+        return tag
+    with lock(f"node-{tag.split(':')[1]}"), phase("node-image", machine=version):
+        if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
+            return tag
+        _build(tag, h, base, kube_dir, tags, version)
+    return tag
+
+
+def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version: str) -> None:
+    name = f"kh-nodeimage-build-{uuid.uuid4().hex[:6]}"
+    cfg = _config(base)
+    if "/var" in (cfg.get("Volumes") or {}):
+        raise BuildError(f"base image {base} declares VOLUME /var: preloaded images would be lost; "
+                         f"build it with volume_var=False")
+    run(["docker", "run", "-d", "--name", name, "--entrypoint", "sleep", base, "infinity"], what="build container")
+    try:
+        for b in ("kubeadm", "kubelet", "kubectl"):
+            run(["docker", "cp", str(kube_dir / "bin" / b), f"{name}:/usr/bin/{b}"], what=f"copy {b}")
+        run(["docker", "exec", name, "sh", "-c",
+             f"mkdir -p /etc/kube-harness && echo {version} > /etc/kube-harness/version && "
+             "mkdir -p /var/lib/containerd /run/containerd && "
+             "(containerd --log-level warn >/tmp/containerd.log 2>&1 &) && "
+             "for i in $(seq 1 60); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done && ctr version >/dev/null"],
+            what="start containerd")
+        with tempfile.TemporaryDirectory(prefix="kh-node-") as d:
+            tar = images.save_images(tags, Path(d) / "images.tar")
+            with phase("preload-images", machine=version):
+                with open(tar, "rb") as f:
+                    p = subprocess.run(["docker", "exec", "-i", name, "ctr", "-n", "k8s.io", "images", "import",
+                                        "--all-platforms", "--no-unpack", "--digests", "-"],
+                                       stdin=f, capture_output=True, text=True)
+                if p.returncode != 0:
+                    raise BuildError(f"ctr images import failed: {p.stderr[-3000:]}")
+        listed = run(["docker", "exec", name, "ctr", "-n", "k8s.io", "images", "ls", "-q"], what="ctr ls").split()
+        missing = [t for t in tags if t not in listed and f"docker.io/{t}" not in listed]
+        if missing:
+            raise BuildError(f"images missing from the node's containerd after import: {missing}")
+        run(["docker", "exec", name, "sh", "-c", "pkill containerd; for i in $(seq 1 40); do "
+             "pgrep containerd >/dev/null || break; sleep 0.25; done; rm -rf /tmp/* /run/containerd"],
+            what="stop containerd")
+        changes = [f"ENTRYPOINT {json.dumps(cfg.get('Entrypoint') or [])}", f"CMD {json.dumps(cfg.get('Cmd') or [])}",
+                   f"LABEL {INPUT_HASH_LABEL}={h}", f"LABEL harness.k8s.io/kubernetes-version={version}"]
+        # STOPSIGNAL is not a commit change in Docker 20.10; the container inherits the base's
+        cmd = ["docker", "commit"]
+        for c in changes:
+            cmd += ["--change", c]
+        run(cmd + [name, tag], what="docker commit")
+        log.info(f"built node image {tag} with {len(tags)} preloaded images", extra={"phase": "node-image"})
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

@@ -33,12 +33,6 @@ def assert_survived(cluster, marker, timeout=240):
     assert cm.data == data
 
 
-def crictl_ps(cluster, machine, name):
-    r = cluster.exec(machine, f"crictl ps --name '^{name}$' -q 2>/dev/null || "
-                     f"ctr -n k8s.io containers ls -q", check=False)
-    return r.stdout.split()
-
-
 def test_stopped_worker_recovers(lc_cluster, marker):
     if not lc_cluster.workers:
         pytest.skip("no workers")

@@ -34,10 +34,8 @@ binaries are cached under ``$KUBE_HARNESS_CACHE/e2e-images``.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
-import io
 import json
 import logging
 import os
@@ -49,14 +47,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
+
+from . import cache as _cache
+from .cache import BuildError, image_labels, tar_add as _tar_add
 
 log = logging.getLogger("harness.build.e2eimages")
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_BUILD = ROOT / "ci" / "kube-build"
 REGISTRY = os.environ.get("KUBE_HARNESS_E2E_REGISTRY", "kube-harness.local")
-INPUT_HASH_LABEL = "harness.k8s.io/input-hash"
+INPUT_HASH_LABEL = _cache.INPUT_HASH_LABEL
 #: bump to rebuild every image
 RECIPE_VERSION = "1"
 DEBIAN_SUITE = os.environ.get("KUBE_HARNESS_DEBIAN_SUITE", "bookworm")
@@ -73,10 +74,6 @@ SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "Nginx", "Httpd", "HttpdNew", "Ng
 #: registry keys that must keep their upstream (unreachable) value: tests
 #: expect pulls from them to fail, or they need credentials we do not have
 _KEEP_UPSTREAM = ("invalidRegistry", "privateRegistry", "gcAuthenticatedRegistry")
-
-
-class BuildError(RuntimeError):
-    pass
 
 
 # --------------------------------------------------------------- manifest
@@ -98,20 +95,8 @@ class ImageRef:
         return f"{repo_list(registry)[self.registry_key]}/{self.name}:{self.version}"
 
 
-def _cache_root() -> Path:
-    try:  # the shared build cache, when harness.build.cache is there
-        from . import cache as _cache  # type: ignore
-        for attr in ("cache_dir", "cache_root", "root"):
-            fn = getattr(_cache, attr, None)
-            if callable(fn):
-                return Path(fn())
-    except Exception:
-        pass
-    return Path(os.environ.get("KUBE_HARNESS_CACHE") or Path.home() / ".cache" / "kube-harness")
-
-
 def cache_dir() -> Path:
-    d = _cache_root() / "e2e-images"
+    d = _cache.cache_dir() / "e2e-images"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -134,17 +119,20 @@ def _gomod_version() -> str:
 
 
 def module_dir(version: str | None = None) -> Path:
-    """The k8s.io/kubernetes module source in the module cache (downloaded
-    through the Go module proxy if missing)."""
+    """The k8s.io/kubernetes module source (manifest.go, test/images files) in
+    the module cache, downloaded through the Go module proxy if missing.
+    Go commands are always built from ci/kube-build's module graph."""
     pinned = _gomod_version()
-    if version and version != pinned:
-        raise BuildError(f"e2e images are built from ci/kube-build, which pins k8s.io/kubernetes {pinned}; "
-                         f"asked for {version}")
-    out = _run(["go", "list", "-m", "-json", "k8s.io/kubernetes"], cwd=KUBE_BUILD)
-    d = json.loads(out).get("Dir")
-    if not d:
+    if not version or version == pinned:
+        cmd = ["go", "list", "-m", "-json", "k8s.io/kubernetes"]
+    else:
+        log.warning(f"e2e images for {version}: names from its manifest.go, Go commands from ci/kube-build "
+                    f"({pinned})")
+        cmd = ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"]
+    d = json.loads(_run(cmd, cwd=KUBE_BUILD)).get("Dir")
+    if not d and cmd[1] == "list":
         _run(["go", "mod", "download", "k8s.io/kubernetes"], cwd=KUBE_BUILD)
-        d = json.loads(_run(["go", "list", "-m", "-json", "k8s.io/kubernetes"], cwd=KUBE_BUILD)).get("Dir")
+        d = json.loads(_run(cmd, cwd=KUBE_BUILD)).get("Dir")
     if not d:
         raise BuildError("cannot locate the k8s.io/kubernetes module source")
     return Path(d)
@@ -200,15 +188,6 @@ def write_repo_list(path: Path | str | None = None, registry: str = REGISTRY) ->
 
 # ----------------------------------------------------------------- docker
 
-def image_labels(tag: str) -> dict[str, str] | None:
-    """The tag's labels, or None if there is no such image."""
-    p = subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", tag],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        return None
-    return json.loads(p.stdout.strip() or "null") or {}
-
-
 def image_hash(tag: str) -> str | None:
     labels = image_labels(tag)
     return None if labels is None else labels.get(INPUT_HASH_LABEL, "")
@@ -261,13 +240,8 @@ def _src(fn: Callable) -> str:
     return inspect.getsource(fn)
 
 
-@contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
-    from filelock import FileLock
-    d = cache_dir() / "locks"
-    d.mkdir(exist_ok=True)
-    with FileLock(str(d / f"{name}.lock"), timeout=3600):
-        yield
+def _lock(name: str):
+    return _cache.lock(f"e2eimages-{name}")
 
 
 def _tar_dir(root: Path, out: Path) -> None:
@@ -682,21 +656,6 @@ operator:x:37:
 users:x:100:
 nogroup:x:65534:
 """
-
-
-def _tar_add(tf: tarfile.TarFile, name: str, *, data: bytes | None = None, mode: int = 0o644,
-             link: str | None = None, dir: bool = False) -> None:
-    ti = tarfile.TarInfo(name)
-    ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = 0, 0, 0, "root", "root"
-    if dir:
-        ti.type, ti.mode = tarfile.DIRTYPE, mode
-        tf.addfile(ti)
-    elif link is not None:
-        ti.type, ti.linkname, ti.mode = tarfile.SYMTYPE, link, 0o777
-        tf.addfile(ti)
-    else:
-        ti.size, ti.mode = len(data or b""), mode
-        tf.addfile(ti, io.BytesIO(data or b""))
 
 
 def _busybox_rootfs(deb: Path, out: Path) -> None:

@@ -1,0 +1,55 @@
+"""Options of the conformance suite and the hook that turns each e2e spec
+into its own pytest result.
+
+    python -m pytest suites/conformance                      # [Conformance], parallel + serial phases
+    python -m pytest suites/conformance --conformance-smoke  # a dozen fast specs, a few minutes
+    python -m pytest suites/conformance --conformance-mode=full   # one serial run (certification style)
+
+Results: one pytest test per e2e spec that ran
+(``test_conformance.py::test_conformance::<spec text>``, passed / failed with
+the e2e failure message / skipped with the e2e reason), plus the umbrella
+``test_conformance`` that fails listing the failed specs by name.  Prow
+artifacts: ``$ARTIFACTS/junit_conformance_e2e.xml`` (the specs),
+``$ARTIFACTS/conformance/<phase>/`` (e2e.log, ginkgo-junit.xml, the e2e
+framework's junit_01.xml, command.txt) and ``repo-list.yaml``.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.conformance import MODES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("conformance", "upstream e2e conformance suite")
+    g.addoption("--conformance-mode", choices=MODES, default=os.environ.get("KUBE_HARNESS_CONFORMANCE_MODE"),
+                help="parallel (default): non-[Serial] specs on --e2e-parallel ginkgo nodes, then the [Serial] "
+                     "ones alone, as Kubernetes CI runs them; full: everything in one serial run, as "
+                     "certification runs do; smoke: a dozen fast specs")
+    g.addoption("--conformance-smoke", action="store_true", help="same as --conformance-mode=smoke")
+    g.addoption("--conformance-focus", default=None,
+                help=r"ginkgo focus regex (default \[Conformance\]; the smoke list with --conformance-smoke)")
+    g.addoption("--conformance-skip", default=None,
+                help=r"ginkgo skip regex, added to the mode's (parallel mode skips \[Serial\] in its first phase)")
+    g.addoption("--e2e-parallel", type=int, default=int(os.environ.get("KUBE_HARNESS_E2E_PARALLEL", "3")),
+                help="ginkgo nodes for the parallel phase (default 3; 1 = everything serially)")
+    g.addoption("--e2e-timeout", default="24h", help="ginkgo suite timeout per phase (default 24h)")
+    g.addoption("--e2e-binary", default=os.environ.get("KUBE_HARNESS_E2E_BINARY"),
+                help="use this e2e.test instead of building it")
+    g.addoption("--e2e-dry-run", action="store_true",
+                help="ginkgo dry run: list and 'pass' the selected specs without running them")
+    g.addoption("--e2e-arg", action="append", default=[], help="extra e2e.test argument (repeatable)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """After the umbrella test ran, report each e2e spec as a pytest test."""
+    try:
+        return (yield)
+    finally:
+        results = getattr(item, "_kh_conformance_results", None)
+        if results:
+            from harness.conformance import emit_spec_reports
+            emit_spec_reports(item, results)

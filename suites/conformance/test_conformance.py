@@ -1,0 +1,37 @@
+"""The upstream Kubernetes conformance suite (e2e.test) against the
+session's kubeadm cluster.  See conftest.py for the options."""
+from __future__ import annotations
+
+import pytest
+
+from harness import conformance
+from harness.progress import log
+
+pytestmark = [pytest.mark.conformance, pytest.mark.cluster, pytest.mark.slow]
+
+
+def test_conformance(cluster, request):
+    cfg = request.config
+    mode = "smoke" if cfg.getoption("conformance_smoke") else cfg.getoption("conformance_mode") or "parallel"
+    run = conformance.run_conformance(
+        cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
+        nodes=cfg.getoption("e2e_parallel"), timeout=cfg.getoption("e2e_timeout"),
+        e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
+        extra_args=cfg.getoption("e2e_arg"))
+    request.node._kh_conformance_results = run.results
+    cluster.timings.update({f"conformance:{k}": v for k, v in run.timings.items()})
+    for k, v in run.timings.items():
+        request.node.user_properties.append((f"seconds.{k}", v))
+    log.info(f"{run.summary()} ({mode}; JUnit {run.prow_junit})")
+    terminal = cfg.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.write_line("")
+        terminal.write_line(run.summary())
+    ran = [r for r in run.results if r.node_type == "It"]
+    assert ran or cfg.getoption("conformance_focus"), f"no e2e spec ran ({mode}); see {run.out_dir}"
+    if run.failed:
+        lines = [f"{len(run.failed)} conformance spec(s) failed ({run.summary()}):"]
+        lines += [f"  - {r.name}: {r.message.splitlines()[0][:300] if r.message else r.state}"
+                  for r in run.failed]
+        lines.append(f"logs: {run.out_dir}")
+        pytest.fail("\n".join(lines), pytrace=False)

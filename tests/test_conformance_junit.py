@@ -1,0 +1,209 @@
+"""The conformance suite's JUnit handling, on reports e2e.test really wrote.
+
+tests/data/conformance/ holds reports produced by running this project's
+e2e.test (v1.34.4, built from ci/kube-build):
+
+* ``dryrun-smoke.ginkgo-junit.xml.gz``: ``--ginkgo.dry-run`` with the smoke
+  focus (13 specs reported passed, the other 7131 left out by the filter).
+* ``nocluster.ginkgo-junit.xml``: a real run against an API server that is
+  not there: the SynchronizedBeforeSuite fails, no spec runs.
+* ``smoke-cluster.junit_01.xml``: the e2e framework's own report of a real
+  smoke run against a 3-node kubeadm cluster of this harness.
+
+When an e2e.test binary is cached (or $KUBE_HARNESS_E2E_BINARY is set), a
+fresh dry run is parsed too.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness import conformance as c
+
+DATA = Path(__file__).parent / "data" / "conformance"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def dryrun_report(tmp_path) -> Path:
+    p = tmp_path / "dryrun.xml"
+    p.write_bytes(gzip.decompress((DATA / "dryrun-smoke.ginkgo-junit.xml.gz").read_bytes()))
+    return p
+
+
+def test_dry_run_report_lists_exactly_the_smoke_specs(dryrun_report):
+    results = c.parse_junit(dryrun_report)
+    names = [r.name for r in results]
+    assert len(names) == len(c.SMOKE_SPECS), names
+    for spec in c.SMOKE_SPECS:
+        assert [n for n in names if n.startswith(spec)], f"{spec} missing from {names}"
+    assert all(r.outcome == "passed" and r.node_type == "It" for r in results)
+    assert all(n.endswith("[Conformance]") for n in names)  # label suffix "[sig-x, Conformance]" stripped
+    assert c.summary(results) == f"conformance: {len(c.SMOKE_SPECS)} passed, 0 failed, 0 skipped"
+
+
+def test_filtered_specs_can_be_kept(dryrun_report):
+    everything = c.parse_junit(dryrun_report, include_not_run=True)
+    assert len(everything) > 7000
+    assert c.counts(everything)["skipped"] == len(everything) - len(c.SMOKE_SPECS)
+
+
+def test_labels_and_sig(dryrun_report):
+    r = next(r for r in c.parse_junit(dryrun_report) if r.name.startswith("[sig-node] Pods should get a host IP"))
+    assert r.labels == ("sig-node", "NodeConformance", "Conformance")
+    assert r.sig == "sig-node"
+
+
+def test_before_suite_failure_is_a_failure():
+    results = c.parse_junit(DATA / "nocluster.ginkgo-junit.xml", phase="smoke")
+    assert [r.name for r in results] == ["[SynchronizedBeforeSuite]"]
+    r = results[0]
+    assert r.outcome == "failed" and r.state == "failed"
+    assert "connection refused" in r.message
+    assert "e2e.go:" in r.detail and r.location.startswith("k8s.io/kubernetes@v1.34.4/test/e2e/e2e.go:")
+    assert c.summary(results) == "conformance: 0 passed, 1 failed, 0 skipped"
+
+
+def test_cluster_smoke_report():
+    p = DATA / "smoke-cluster.junit_01.xml"
+    if not p.exists():
+        pytest.skip("no real-cluster sample recorded")
+    results = c.parse_junit(p)
+    cnt = c.counts(results)
+    assert sum(cnt.values()) == len(results) >= len(c.SMOKE_SPECS)
+    assert cnt["passed"] >= 1
+    assert all(r.seconds > 0 for r in results if r.outcome == "passed")
+    for r in results:
+        if r.outcome == "failed":
+            assert r.message, r
+
+
+def test_prow_junit_roundtrip(tmp_path, dryrun_report):
+    results = c.parse_junit(dryrun_report) + c.parse_junit(DATA / "nocluster.ginkgo-junit.xml")
+    out = c.write_prow_junit(results, tmp_path / "junit_conformance_e2e.xml", properties={"mode": "smoke"})
+    root = ET.parse(out).getroot()
+    suite = root.find("testsuite")
+    assert suite.get("name") == "conformance"
+    assert int(suite.get("tests")) == len(results) and int(suite.get("failures")) == 1
+    failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert failed[0].get("name") == "[SynchronizedBeforeSuite]"
+    assert "connection refused" in failed[0].find("failure").get("message")
+    again = c.parse_junit(out)  # our own output parses back to the same outcomes
+    assert [(r.name, r.outcome) for r in again] == [(r.name, r.outcome) for r in results]
+
+
+def test_progress_tracker_on_real_output():
+    lines = gzip.decompress((DATA / "dryrun-smoke.e2e.log.gz").read_bytes()).decode().splitlines(True)
+    t = c.ProgressTracker("smoke")
+    for line in lines:
+        t.feed(line)
+    assert t.total == len(c.SMOKE_SPECS) == t.done
+    assert not t.failed
+    assert {n for n, _, _ in t.finished} == {r.name for r in c.parse_junit(
+        _gunzip(DATA / "dryrun-smoke.ginkgo-junit.xml.gz"))}
+
+
+def test_progress_tracker_parallel_order():
+    """ginkgo's parallel (non-streamed) report puts the outcome first."""
+    t = c.ProgressTracker("parallel")
+    for line in ["Will run 2 of 7144 specs\n", "------------------------------\n", "• [3.2 seconds]\n",
+                 "[sig-node] Pods should get a host IP [NodeConformance] [Conformance] [sig-node, Conformance]\n",
+                 "k8s.io/kubernetes@v1.34.4/test/e2e/common/node/pods.go:205\n",
+                 "------------------------------\n", "• [FAILED] [61.0 seconds]\n",
+                 "[sig-network] DNS should provide DNS for the cluster [Conformance] [sig-network, Conformance]\n"]:
+        t.feed(line)
+    assert t.finished == [("[sig-node] Pods should get a host IP [NodeConformance] [Conformance]", "passed", 3.2),
+                          ("[sig-network] DNS should provide DNS for the cluster [Conformance]", "failed", 61.0)]
+    assert t.failed == ["[sig-network] DNS should provide DNS for the cluster [Conformance]"]
+
+
+def _gunzip(p: Path) -> Path:
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"kh-{os.getpid()}-{p.stem}"
+    out.write_bytes(gzip.decompress(p.read_bytes()))
+    return out
+
+
+def test_phases_and_focus():
+    assert [p.name for p in c.phases_for("parallel", nodes=3)] == ["parallel", "serial"]
+    par, ser = c.phases_for("parallel", nodes=3, skip=r"\[Flaky\]")
+    assert par.skip == r"\[Serial\]|\[Flaky\]" and par.nodes == 3
+    assert ser.nodes == 1 and r"\[Serial\]" in ser.focus and ser.skip == r"\[Flaky\]"
+    assert [(p.name, p.nodes) for p in c.phases_for("full", nodes=3)] == [("conformance", 1)]
+    (smoke,) = c.phases_for("smoke", nodes=4)
+    assert smoke.nodes == 2 and smoke.focus == c.smoke_focus()
+    assert c.re2_escape("a (b) [c] d.e") == r"a \(b\) \[c\] d\.e"
+    with pytest.raises(ValueError):
+        c.phases_for("bogus")
+
+
+def _e2e_binary() -> Path | None:
+    env = os.environ.get("KUBE_HARNESS_E2E_BINARY")
+    if env:
+        return Path(env)
+    try:
+        p = c.e2e_path()
+    except Exception:
+        return None
+    return p if p.exists() else None
+
+
+def test_fresh_dry_run(tmp_path):
+    """Run the cached e2e.test (dry run: no cluster needed) through the runner."""
+    e2e = _e2e_binary()
+    if e2e is None:
+        pytest.skip("no e2e.test built (python -m harness.build --e2e)")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    runner = c.E2ERunner(e2e, kubeconfig, tmp_path / "out", dry_run=True)
+    res = runner.run(c.phases_for("smoke")[0])
+    assert res.returncode == 0, res.log_path.read_text()[-3000:]
+    assert sorted(r.name for r in res.results) == sorted(r.name for r in c.parse_junit(
+        _gunzip(DATA / "dryrun-smoke.ginkgo-junit.xml.gz")))
+    assert (tmp_path / "out" / "smoke" / "e2e.log").stat().st_size > 0
+
+
+HOOK_TEST = '''
+from harness.conformance import parse_junit
+import gzip, pathlib
+
+def test_conformance(request):
+    results = []
+    for name in ("nocluster.ginkgo-junit.xml", "smoke-cluster.junit_01.xml"):
+        p = pathlib.Path(r"{data}") / name
+        if p.exists():
+            results += parse_junit(p)
+    request.node._kh_conformance_results = results
+'''
+
+
+def test_each_spec_becomes_a_pytest_result(tmp_path):
+    """The suite's hook reports every e2e spec to pytest (terminal, junitxml)."""
+    shutil.copy(ROOT / "suites" / "conformance" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_inner.py").write_text(HOOK_TEST.format(data=DATA))
+    xml = tmp_path / "inner.xml"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:kube_harness", "-p", "no:cacheprovider",
+                        "-rA", f"--junitxml={xml}", str(tmp_path)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = p.stdout + p.stderr
+    expected = c.parse_junit(DATA / "nocluster.ginkgo-junit.xml")
+    if (DATA / "smoke-cluster.junit_01.xml").exists():
+        expected += c.parse_junit(DATA / "smoke-cluster.junit_01.xml")
+    cnt = c.counts(expected)
+    assert p.returncode == (1 if cnt["failed"] else 0), out
+    assert "test_inner.py::test_conformance::[SynchronizedBeforeSuite]" in out
+    cases = list(ET.parse(xml).getroot().iter("testcase"))
+    assert len(cases) == 1 + len(expected), out
+    by_name = {tc.get("name"): tc for tc in cases}
+    bs = by_name["[SynchronizedBeforeSuite]"]
+    assert "connection refused" in bs.find("failure").get("message")
+    failed = sum(1 for tc in cases if tc.find("failure") is not None)
+    assert failed == cnt["failed"]
+    summary_words = f"{cnt['failed']} failed, {cnt['passed'] + 1} passed"
+    assert summary_words in out, out[-2000:]

@@ -101,11 +101,18 @@ class KubeadmBootstrapper:
         """The node image: ``node_image`` (--node-image), else the spec's
         ``provider.options.image``, else a node image built for the spec's
         version (Docker provider: ``harness.build.nodeimage.build_node_image``
-        on the base image; other providers: ``provider.node_image``)."""
+        on the provider's base image, with :func:`harness.build.testimages.test_images`
+        preloaded too; other providers: ``provider.node_image``)."""
         if self.node_image:
             return self.node_image
         opts = dict(cluster.spec.provider_options or {})
         if opts.get("image"):
+            if cluster.provider.name == "docker":
+                try:
+                    from harness.build.nodeimage import check_image
+                    return check_image(str(opts["image"]))
+                except ImportError:
+                    pass
             return str(opts["image"])
         version = cluster.spec.version
         with self._lock:
@@ -119,8 +126,16 @@ class KubeadmBootstrapper:
                 except ImportError as e:
                     raise KubeadmError(f"no node image for {version}: harness.build.nodeimage is not available "
                                        f"({e}); set spec.provider.options.image or --node-image") from e
-                from providers.docker.nodeimage.base import build_base_image
-                img = build_node_image(version, build_base_image())
+                # the suites' busybox goes into the preload too (ensure_loaded is the fallback)
+                extra: list[str] = []
+                try:
+                    from harness.build.testimages import test_images
+                    extra = test_images()
+                except Exception as e:
+                    log.warning(f"test images not built, node image without them: {e}",
+                                extra={"cluster": cluster.name, "phase": "image"})
+                # base image: the builder's default (the provider's base without VOLUME /var)
+                img = build_node_image(version, extra_images=extra)
             self._images[version] = img
             return img
 
@@ -169,11 +184,17 @@ class KubeadmBootstrapper:
                             provider_id=f"kube-harness://{cluster.provider.name}/{cluster.namespace}/{m.name}")
 
     def _cgroup_root(self, cluster: Cluster, m: Machine) -> str | None:
-        """``/kubelet`` when the node's entrypoint prepared a kubelet.slice
-        (cgroup v1 without a cgroup namespace, as kind); else the kubelet
-        uses the node's cgroup root (a private cgroup namespace)."""
-        r = cluster.provider.exec(m, ["bash", "-c", "test -d /sys/fs/cgroup/systemd/kubelet.slice -a "
-                                                    "-d /sys/fs/cgroup/cpu/kubelet.slice"], check=False, timeout=30)
+        """``/kubelet`` when the node runs in the host's cgroup namespace on
+        cgroup v1 and its entrypoint prepared a kubelet.slice in every
+        hierarchy (kind's fix-ups); otherwise None: with a private cgroup
+        namespace the node's root cgroup is already its own."""
+        script = (
+            "set -e; [ ! -f /sys/fs/cgroup/cgroup.controllers ]; "
+            # private cgroup namespace: the cpu controller path is "/"
+            "p=$(grep -E '^[^:]*:([^:]*,)?cpu(,[^:]*)?:' /proc/self/cgroup | head -n1 | cut -d: -f3); "
+            "[ \"$p\" != / ]; "
+            "for h in $(findmnt -rn -o TARGET -t cgroup); do [ -d \"$h/kubelet.slice\" ]; done")
+        r = cluster.provider.exec(m, ["bash", "-c", script], check=False, timeout=30)
         return "/kubelet" if r.ok else None
 
     def _write_kubeconfig(self, cluster: Cluster, cp: Machine, hostport: tuple[str, int]) -> None:

@@ -22,7 +22,7 @@ from . import images, kube
 from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run
 
 REPOSITORY = "kube-harness/node"
-RECIPE = "node-v1"
+RECIPE = "node-v2"  # v2: containerd sandbox_image = the preloaded pause tag
 
 
 def base_image() -> str:
@@ -44,6 +44,14 @@ def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str
     return f"{REPOSITORY}:{version}-{h[:12]}", h
 
 
+def sandbox_image(tags: list[str]) -> str:
+    """The pause tag among kubeadm's images (what containerd runs as the pod sandbox)."""
+    pause = [t for t in tags if t.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "pause"]
+    if len(pause) != 1:
+        raise BuildError(f"expected exactly one pause image among {tags}, found {pause}")
+    return pause[0]
+
+
 def check_image(image: str) -> str:
     """A prebuilt node image the user named: it must exist locally."""
     if image_labels(image) is None:
@@ -58,7 +66,9 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
         return check_image(image)
     version = version or kube.default_version()
     kube_dir = kube.build_kubernetes(version)
-    tags = images.build_component_images(version, kube_dir) + list(extra_images)
+    components = images.build_component_images(version, kube_dir)
+    pause = sandbox_image(components)
+    tags = components + list(extra_images)
     base = base or base_image()
     tag, h = node_image_tag(version, base, kube_dir, tags)
     if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
@@ -67,11 +77,11 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
     with lock(f"node-{tag.split(':')[1]}"), phase("node-image", machine=version):
         if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
             return tag
-        _build(tag, h, base, kube_dir, tags, version)
+        _build(tag, h, base, kube_dir, tags, version, pause)
     return tag
 
 
-def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version: str) -> None:
+def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version: str, pause: str) -> None:
     name = f"kh-nodeimage-build-{uuid.uuid4().hex[:6]}"
     cfg = _config(base)
     if "/var" in (cfg.get("Volumes") or {}):
@@ -81,6 +91,14 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version
     try:
         for b in ("kubeadm", "kubelet", "kubectl"):
             run(["docker", "cp", str(kube_dir / "bin" / b), f"{name}:/usr/bin/{b}"], what=f"copy {b}")
+        # containerd's CRI sandbox image must be the pause tag kubeadm of *this* version lists
+        # (e.g. 3.10 for v1.33, 3.10.1 for v1.34), not the base image's default, or every pod
+        # sandbox would try to pull it
+        run(["docker", "exec", name, "sh", "-c",
+             f"if [ -x /usr/local/bin/kh-sandbox-image.sh ]; then /usr/local/bin/kh-sandbox-image.sh {pause}; "
+             f"else sed -i -E 's|^([[:space:]]*sandbox_image[[:space:]]*=).*|\\1 \"{pause}\"|' "
+             f"/etc/containerd/config.toml; fi && grep -q 'sandbox_image = \"{pause}\"' /etc/containerd/config.toml"],
+            what="set sandbox image")
         run(["docker", "exec", name, "sh", "-c",
              f"mkdir -p /etc/kube-harness && echo {version} > /etc/kube-harness/version && "
              "mkdir -p /var/lib/containerd /run/containerd && "
@@ -100,6 +118,9 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version
         missing = [t for t in tags if t not in listed and f"docker.io/{t}" not in listed]
         if missing:
             raise BuildError(f"images missing from the node's containerd after import: {missing}")
+        # kubelet image GC must never remove the sandbox image (kind sets the same label)
+        run(["docker", "exec", name, "ctr", "-n", "k8s.io", "images", "label", pause,
+             "io.cri-containerd.pinned=pinned"], what="pin sandbox image")
         run(["docker", "exec", name, "sh", "-c", "pkill containerd; for i in $(seq 1 40); do "
              "pgrep containerd >/dev/null || break; sleep 0.25; done; rm -rf /tmp/* /run/containerd"],
             what="stop containerd")

@@ -156,7 +156,8 @@ def test_agent_script_and_unit():
     for script in (cni.SYNC_SCRIPT, cni.AGENT_SCRIPT):
         r = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-    assert "@" not in cni.SYNC_SCRIPT.replace("@.type", "")
+    for script in (cni.SYNC_SCRIPT, cni.AGENT_SCRIPT):
+        assert "@" not in script.replace("@.type", "").replace("\"$@\"", ""), "unreplaced placeholder"
 
 
 def test_agent_table_parsing(tmp_path):

@@ -22,8 +22,9 @@ the node table (``name podCIDR internalIP`` lines) on stdin. The harness
 runs it on every machine through :func:`sync_routes` (from the bootstrapper's
 ``init``/``join``/``ready``, i.e. after provisioning, scale-up and repair),
 and a small systemd unit on each node (``kh-cni.service``) runs it every
-few seconds with the node table from ``kubectl`` and the kubelet's own
-credentials, so routes come back after a node container restart (which
+few seconds with the node table from ``kubectl`` (as ServiceAccount
+``kube-system/kube-harness-cni``, which may list Nodes: the node authorizer
+lets a kubelet read only its own Node), so routes come back after a node container restart (which
 loses its routing table) without the harness being involved.
 """
 from __future__ import annotations
@@ -46,6 +47,10 @@ CONFLIST_PATH = "/etc/cni/net.d/10-kube-harness.conflist"
 SYNC_PATH = "/usr/local/bin/kh-cni-sync"
 AGENT_PATH = "/usr/local/bin/kh-cni-agent"
 ENV_PATH = "/etc/kube-harness/cni.env"
+TOKEN_PATH = "/etc/kube-harness/cni.token"
+SERVICE_ACCOUNT = "kube-harness-cni"
+TOKEN_SECRET = "kube-harness-cni-token"
+CLUSTER_ROLE = "kube-harness:cni"
 UNIT_NAME = "kh-cni.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 IPAM_DIR = "/run/cni-ipam-state"
@@ -192,11 +197,19 @@ AGENT_SCRIPT = r"""#!/bin/bash
 # kh-cni-agent: run kh-cni-sync periodically (kube-harness, harness/kubeadm/cni.py)
 set -o nounset
 . @ENV@
-kubeconfig=/etc/kubernetes/kubelet.conf
-[[ -r /etc/kubernetes/admin.conf ]] && kubeconfig=/etc/kubernetes/admin.conf
+# the API server as this node's kubelet reaches it; credentials of the
+# kube-harness-cni ServiceAccount (the node authorizer lets a kubelet read
+# only its own Node)
+api() {
+  local server
+  server=$(awk '$1 == "server:" {print $2; exit}' /etc/kubernetes/kubelet.conf 2>/dev/null) || return 1
+  [[ -n "$server" && -s @TOKEN@ ]] || return 1
+  kubectl --server="$server" --token="$(cat @TOKEN@)" --certificate-authority=/etc/kubernetes/pki/ca.crt \
+    --request-timeout=10s "$@"
+}
 jp='{range .items[*]}{.metadata.name}{"|"}{.spec.podCIDR}{"|"}{range .status.addresses[?(@.type=="InternalIP")]}{.address}{end}{"\n"}{end}'
 while :; do
-  if raw=$(kubectl --kubeconfig="$kubeconfig" --request-timeout=10s get nodes -o jsonpath="$jp" 2>/dev/null); then
+  if raw=$(api get nodes -o jsonpath="$jp" 2>/dev/null); then
     # empty fields become "-" for kh-cni-sync
     table=$(awk -F'|' 'NF {printf "%s %s %s\n", $1, ($2 != "" ? $2 : "-"), ($3 != "" ? $3 : "-")}' <<<"$raw")
     out=$(@SYNC@ "$NODE_NAME" "$CLUSTER_POD_CIDR" <<<"$table" 2>&1) || echo "kh-cni-sync failed: $out"
@@ -204,7 +217,7 @@ while :; do
   fi
   sleep "${INTERVAL:-@INTERVAL@}"
 done
-""".replace("@ENV@", ENV_PATH).replace("@SYNC@", SYNC_PATH).replace("@INTERVAL@", str(AGENT_INTERVAL))
+""".replace("@ENV@", ENV_PATH).replace("@SYNC@", SYNC_PATH).replace("@TOKEN@", TOKEN_PATH).replace("@INTERVAL@", str(AGENT_INTERVAL))
 
 UNIT = f"""[Unit]
 Description=kube-harness CNI routes and config (kh-cni-sync every {AGENT_INTERVAL}s)
@@ -218,6 +231,11 @@ RestartSec=2
 [Install]
 WantedBy=multi-user.target
 """
+
+
+#: identifies what install() puts on a machine; a machine with another one is reinstalled
+INSTALL_VERSION = __import__("hashlib").sha256((SYNC_SCRIPT + AGENT_SCRIPT + UNIT).encode()).hexdigest()[:12]
+VERSION_PATH = "/etc/kube-harness/cni.version"
 
 
 def env_file(node_name: str, cluster_pod_cidr: str) -> str:
@@ -243,11 +261,56 @@ def install(cluster: "Cluster", machine: "Machine") -> None:
     p.copy_to(machine, UNIT_PATH, UNIT.encode())
     p.exec(machine, ["bash", "-c", f"systemctl daemon-reload && systemctl enable {UNIT_NAME} >/dev/null 2>&1; "
                                    f"systemctl restart {UNIT_NAME}"], timeout=60)
+    p.copy_to(machine, VERSION_PATH, INSTALL_VERSION.encode())
 
 
-def sync_machine(cluster: "Cluster", machine: "Machine", nodes: Iterable[NodeNet]) -> str:
-    r = cluster.provider.exec(machine, ["bash", "-c", f'if [ ! -x {SYNC_PATH} ]; then exit 127; fi; '
-                                                      f'exec {SYNC_PATH} "$0" "$1"',
+def ensure_credentials(cluster: "Cluster", timeout: float = 60) -> str:
+    """The node agent's API token: ServiceAccount ``kube-system/kube-harness-cni``
+    allowed to get/list/watch Nodes, with a long-lived token Secret."""
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    def create(fn, *args) -> None:
+        try:
+            fn(*args)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    core, rbac = cluster.core, client.RbacAuthorizationV1Api(cluster.api_client())
+    labels = {"app.kubernetes.io/managed-by": "kube-harness"}
+    create(core.create_namespaced_service_account, "kube-system", client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name=SERVICE_ACCOUNT, labels=labels)))
+    create(rbac.create_cluster_role, client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=CLUSTER_ROLE, labels=labels),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]))
+    create(rbac.create_cluster_role_binding, client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=CLUSTER_ROLE, labels=labels),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CLUSTER_ROLE),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=SERVICE_ACCOUNT, namespace="kube-system")]))
+    create(core.create_namespaced_secret, "kube-system", client.V1Secret(
+        metadata=client.V1ObjectMeta(name=TOKEN_SECRET, labels=labels,
+                                     annotations={"kubernetes.io/service-account.name": SERVICE_ACCOUNT}),
+        type="kubernetes.io/service-account-token"))
+    end = time.monotonic() + timeout
+    while True:
+        sec = core.read_namespaced_secret(TOKEN_SECRET, "kube-system")
+        if (sec.data or {}).get("token"):
+            import base64
+            return base64.b64decode(sec.data["token"]).decode()
+        if time.monotonic() > end:
+            raise TimeoutError(f"secret kube-system/{TOKEN_SECRET} has no token after {timeout:.0f}s "
+                               f"(kube-controller-manager's token controller not running?)")
+        time.sleep(0.5)
+
+
+def sync_machine(cluster: "Cluster", machine: "Machine", nodes: Iterable[NodeNet], token: str = "") -> str:
+    if token:
+        cluster.provider.copy_to(machine, TOKEN_PATH, token.encode(), mode=0o600)
+    r = cluster.provider.exec(machine, ["bash", "-c", f'[ "$(cat {VERSION_PATH} 2>/dev/null)" = {INSTALL_VERSION} ] '
+                                                      f'|| exit 127; exec {SYNC_PATH} "$0" "$1"',
                                         machine.name, cluster.spec.pod_cidr],
                               input=node_table(nodes).encode(), check=False, timeout=60)
     if r.exit_code == 127:
@@ -266,11 +329,12 @@ def sync_routes(cluster: "Cluster", machines: Iterable["Machine"] | None = None)
     after scale-up, repair or a node restart. Returns ``{machine: routes}``
     (the routes each machine should now have)."""
     nodes = node_networks(cluster)
+    token = ensure_credentials(cluster)
     ms = [m for m in (machines if machines is not None else cluster.machines())
           if m.role in ("control-plane", "worker") and m.state == "running"]
 
     def one(m: "Machine") -> tuple[str, list[tuple[str, str]]]:
-        changed = sync_machine(cluster, m, nodes)
+        changed = sync_machine(cluster, m, nodes, token)
         if changed:
             log.info(f"cni: {'; '.join(changed.splitlines())}", extra={"cluster": cluster.name, "machine": m.name,
                                                                         "phase": "cni"})

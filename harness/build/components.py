@@ -42,9 +42,10 @@ def _module(name: str, version: str) -> Path:
         return d
     with lock(f"{name}-src-{version}"):
         d.mkdir(parents=True, exist_ok=True)
-        req = "\n".join(f"\t{m} {version}" for m in spec["modules"])
+        # other versions build the server only (e.g. etcdctl 3.5.x needs modules the proxy may lack)
+        req = "\n".join(f"\t{m} {version}" for m in spec["modules"][:1])
         (d / "go.mod").write_text(f"module {name}build\n\ngo 1.24\n\nrequire (\n{req}\n)\n")
-        imports = "\n".join(f'\t_ "{m}"' for m in spec["modules"])
+        imports = f'\t_ "{spec["modules"][0]}"'
         (d / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
         run(["go", "mod", "tidy"], cwd=d, env=go_env(), what=f"go mod tidy {name} {version}")
         mark_complete(d, {"version": version})
@@ -67,7 +68,10 @@ def build_go_component(name: str, version: str) -> Path:
             return out
         (out / "bin").mkdir(parents=True, exist_ok=True)
         with phase(f"build-{name}", machine=version):
-            for binary, pkg in MODULES[name]["bins"].items():
+            bins = MODULES[name]["bins"]
+            if mod != MODULES[name]["dir"]:
+                bins = dict(list(bins.items())[:1])
+            for binary, pkg in bins.items():
                 run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "bin" / binary), pkg],
                     cwd=mod, env=go_env(), what=f"go build {binary} {version}")
         mark_complete(out, {"version": version})

@@ -124,9 +124,9 @@ def build_component_images(version: str, kube_dir: Path | None = None) -> list[s
             elif name == "etcd":
                 etcd_dir = components.build_go_component("etcd", "v" + ver.split("-")[0])
                 h = digest("etcd-image-v1", tag, etcd_dir.name)
-                tags.append(_binary_image(tag, {"usr/local/bin/etcd": etcd_dir / "bin" / "etcd",
-                                                "usr/local/bin/etcdctl": etcd_dir / "bin" / "etcdctl"},
-                                          ["/usr/local/bin/etcd"], h))
+                files = {f"usr/local/bin/{b}": etcd_dir / "bin" / b for b in ("etcd", "etcdctl")
+                         if (etcd_dir / "bin" / b).exists()}
+                tags.append(_binary_image(tag, files, ["/usr/local/bin/etcd"], h))
             elif name == "coredns":
                 cd = components.build_go_component("coredns", ver)
                 h = digest("coredns-image-v1", tag, cd.name)

@@ -99,7 +99,7 @@ def build_kubernetes(version: str | None = None, *, source: str = "build", relea
 
     ``source="release"`` takes official release binaries from ``release_dir``
     (for users with internet) instead of building."""
-    version = version or default_version()
+    version = default_version() if version is None else version
     check_version(version)
     if source == "release":
         return _from_release(version, Path(release_dir or ""))

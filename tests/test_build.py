@@ -1,0 +1,111 @@
+"""The air-gapped build: real Go-built binaries, local images, cache hits.
+ci/setup.sh builds everything first, so these tests exercise the cache and
+check the artifacts themselves."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import docker
+import pytest
+
+from harness.build import images, kube, nodeimage
+from harness.build.cache import DONE, BuildError
+
+pytestmark = [pytest.mark.docker]
+VERSION = kube.default_version()
+
+
+@pytest.fixture(scope="module")
+def kube_dir():
+    return kube.build_kubernetes(VERSION)
+
+
+def test_binaries_report_the_version(kube_dir):
+    for c in kube.COMMANDS:
+        out = subprocess.run([str(kube_dir / "bin" / c), "--version"], capture_output=True, text=True)
+        text = out.stdout + out.stderr
+        if c == "kubeadm":
+            text = subprocess.run([str(kube_dir / "bin" / c), "version", "-o", "short"], capture_output=True,
+                                  text=True).stdout
+        elif c == "kubectl":
+            text = subprocess.run([str(kube_dir / "bin" / c), "version", "--client"], capture_output=True,
+                                  text=True).stdout
+        assert VERSION in text, (c, text)
+    # static: no dynamic loader needed inside minimal images
+    file_out = subprocess.run(["ldd", str(kube_dir / "bin" / "kube-apiserver")], capture_output=True, text=True)
+    assert "not a dynamic executable" in (file_out.stdout + file_out.stderr)
+
+
+def test_second_build_is_served_from_cache(kube_dir):
+    marker = kube_dir / DONE
+    before = marker.stat().st_mtime_ns
+    t0 = time.monotonic()
+    again = kube.build_kubernetes(VERSION)
+    assert again == kube_dir
+    assert time.monotonic() - t0 < 5
+    assert marker.stat().st_mtime_ns == before
+
+
+def test_images_are_tagged_as_kubeadm_lists(kube_dir):
+    wanted = set(kube.kubeadm_images(kube_dir / "bin", VERSION).values())
+    built = set(images.build_component_images(VERSION, kube_dir))
+    assert wanted == built
+    dk = docker.from_env()
+    for t in wanted:
+        dk.images.get(t)  # raises if missing
+
+
+def test_component_images_run():
+    dk = docker.from_env()
+    tags = images.build_component_images(VERSION)
+    etcd = next(t for t in tags if "/etcd:" in t)
+    out = dk.containers.run(etcd, ["--version"], remove=True).decode()
+    assert "etcd Version: 3." in out
+    coredns = next(t for t in tags if "coredns" in t)
+    assert "CoreDNS-" in dk.containers.run(coredns, ["-version"], remove=True).decode()
+    pause = next(t for t in tags if "/pause:" in t)
+    c = dk.containers.run(pause, detach=True)
+    try:
+        time.sleep(1)
+        c.reload()
+        assert c.status == "running"
+        c.stop(timeout=5)  # pause exits on SIGTERM
+        assert c.wait(timeout=10)["StatusCode"] == 0
+    finally:
+        c.remove(force=True)
+    proxy = next(t for t in tags if "kube-proxy" in t)
+    out = dk.containers.run(proxy, entrypoint="sh", command=["-c", "iptables-wrapper -V; conntrack --version"],
+                            remove=True, privileged=False, cap_add=["NET_ADMIN"]).decode()
+    assert "iptables v1." in out and "conntrack" in out
+
+
+def test_node_image_is_cached_and_preloaded():
+    t0 = time.monotonic()
+    tag = nodeimage.build_node_image(VERSION)
+    assert time.monotonic() - t0 < 30  # everything cached
+    dk = docker.from_env()
+    img = dk.images.get(tag)
+    assert img.labels["harness.k8s.io/kubernetes-version"] == VERSION
+    assert "/var" not in (img.attrs["Config"].get("Volumes") or {})
+    out = dk.containers.run(tag, entrypoint="sh", remove=True, command=[
+        "-c", "kubeadm version -o short; ls /var/lib/containerd/io.containerd.content.v1.content/blobs/sha256 | wc -l"
+    ]).decode().split()
+    assert out[0] == VERSION
+    assert int(out[1]) > 7  # manifests, configs and layers of the preloaded images
+
+
+@pytest.mark.parametrize("bad", ["1.34.4", "v1.34", "latest", ""])
+def test_bad_version_is_named(bad):
+    with pytest.raises(BuildError, match="invalid Kubernetes version"):
+        kube.build_kubernetes(bad)
+
+
+def test_release_dir_must_exist(tmp_path):
+    with pytest.raises(BuildError, match="release_dir"):
+        kube.build_kubernetes(VERSION, source="release", release_dir=tmp_path / "nope")
+
+
+def test_prebuilt_node_image_must_exist():
+    with pytest.raises(BuildError, match="not found locally"):
+        nodeimage.build_node_image(image="kube-harness/node:does-not-exist")

@@ -2,7 +2,8 @@
 # Prepare a fresh Debian machine: Docker engine, mmdebstrap, Go, the Python
 # package, then build (or take from cache) Kubernetes and the node image.
 # Idempotent: a second run only checks. Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build,
-# KUBE_HARNESS_E2E=1 also builds e2e.test for the conformance suite.
+# KUBE_HARNESS_E2E=1 also builds e2e.test for the conformance suite,
+# KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z also the older version the upgrade test starts from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "setup [$(date +%T)] $*" >&2; }
@@ -49,5 +50,9 @@ if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
   [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && args+=(--e2e)
   log "building Kubernetes artifacts and node image (cached by version)"
   python3 -m harness.build "${args[@]}"
+  if [ -n "${KUBE_HARNESS_UPGRADE_FROM:-}" ]; then
+    log "building the upgrade-from version ${KUBE_HARNESS_UPGRADE_FROM}"
+    python3 -m harness.build --version "$KUBE_HARNESS_UPGRADE_FROM" --node-image
+  fi
 fi
 log "ready"

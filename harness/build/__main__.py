@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             from .. import conformance
             from . import e2eimages
             print(f"e2e.test: {conformance.ensure_e2e(version)}")
+            print(f"ginkgo: {conformance.ensure_ginkgo()}")
             e2eimages.build_e2e_images(version)
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)

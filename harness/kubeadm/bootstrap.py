@@ -142,6 +142,8 @@ class KubeadmBootstrapper:
     # ------------------------------------------------------------- init
     def init(self, cluster: Cluster, machine: Machine) -> None:
         spec, p = cluster.spec, cluster.provider
+        if p.name == "docker":
+            _check_host_limits(cluster)
         with phase("kubeadm-config", cluster=cluster.name, machine=machine.name):
             lb = None
             if spec.control_plane.replicas > 1:
@@ -589,6 +591,29 @@ class KubeadmBootstrapper:
             log.info(f"kubeadm: {line}", extra=extra)
         else:
             log.debug(f"kubeadm: {line}", extra=extra)
+
+
+#: every node's systemd, containerd and kubelet take inotify instances from
+#: the one host-wide per-user pool (all node containers run as root)
+INOTIFY_MIN = {"max_user_instances": 512, "max_user_watches": 524288}
+
+
+def _check_host_limits(cluster: Cluster) -> None:
+    """Warn when host limits make kubelets fail ("inotify_init: too many open
+    files"), as kind's known-issues page describes."""
+    low = {}
+    for k, want in INOTIFY_MIN.items():
+        try:
+            have = int(Path(f"/proc/sys/fs/inotify/{k}").read_text())
+        except (OSError, ValueError):
+            continue
+        if have < want:
+            low[k] = (have, want)
+    if low:
+        fix = " ".join(f"fs.inotify.{k}={w}" for k, (_, w) in low.items())
+        log.warning(f"host inotify limits are low ({', '.join(f'{k}={h}' for k, (h, _) in low.items())}): "
+                    f"kubelets of several nodes/clusters fail with 'inotify_init: too many open files'; "
+                    f"raise them with `sysctl -w {fix}`", extra={"cluster": cluster.name, "phase": "init"})
 
 
 def _redact(text: str) -> str:

@@ -205,7 +205,10 @@ class SpecResult:
 
     @property
     def location(self) -> str:
-        m = re.search(r"(k8s\.io/kubernetes@[^\s:]+\.go:\d+)", self.detail)
+        """Where it failed (ginkgo's 'In [It] at: file:line'), else the first
+        source location in the detail."""
+        m = re.search(r"In \[[^\]]+\] at: (\S+\.go:\d+)", self.detail) or \
+            re.search(r"(k8s\.io/kubernetes@[^\s:]+\.go:\d+)", self.detail)
         return m.group(1) if m else ""
 
 
@@ -228,6 +231,13 @@ def _split_name(raw: str) -> tuple[str, str, tuple[str, ...]]:
         if len(items) > 1 or f"[{items[0]}]" in text:
             raw, labels = text, items
     return node_type, raw.strip(), labels
+
+
+def _message_from(text: str) -> str:
+    """The failure message of a report whose message attribute is empty (the
+    e2e framework's): '[FAILED] msg...\\nIn [It] at: file:line' -> 'msg...'."""
+    text = re.sub(r"^\[[A-Z]+\]\s*", "", text.strip())
+    return re.split(r"\n\s*In \[[^\]]+\] at: ", text, maxsplit=1)[0].strip()
 
 
 def parse_junit(path: Path | str, *, include_not_run: bool = False, phase: str = "") -> list[SpecResult]:
@@ -253,8 +263,8 @@ def parse_junit(path: Path | str, *, include_not_run: bool = False, phase: str =
             message = re.sub(r"^skipped - ", "", message)
         for el in (fail, err):
             if el is not None:
-                message = el.get("message", "") or message
                 detail = (el.text or "").strip() or detail
+                message = el.get("message", "") or _message_from(detail) or message
         if node_type != "It" and state == "passed":
             continue
         sysout = tc.find("system-err")
@@ -366,7 +376,7 @@ class ProgressTracker:
             self._pending = None
             self._finish(_strip_labels(s), state, secs)
             return
-        if after_sep and s.startswith("["):
+        if after_sep and s.startswith("[") and not _SUITE_HEADER.match(s):
             self.current = _strip_labels(s)  # a spec starts (streamed, serial runs)
             return
         m = _WILL_RUN.search(s)

@@ -86,7 +86,7 @@ def _save(tags: Sequence[str]) -> bytes:
 
 def _import(cluster, machine: Machine, archive: bytes, namespace: str, timeout: float) -> None:
     snap = cluster.provider.exec(machine, ["sh", "-c", _SNAPSHOTTER_CMD], check=False, timeout=60).stdout.strip()
-    cmd = ["ctr", "-n", namespace, "images", "import", "--all-platforms", "--digests"]
+    cmd = ["ctr", "-n", namespace, "images", "import", "--all-platforms"]
     if snap:
         cmd.append(f"--snapshotter={snap}")
     res = cluster.provider.exec(machine, cmd + ["-"], input=archive, check=False, timeout=timeout)

@@ -8,7 +8,14 @@ e2e.test (v1.34.4, built from ci/kube-build):
 * ``nocluster.ginkgo-junit.xml``: a real run against an API server that is
   not there: the SynchronizedBeforeSuite fails, no spec runs.
 * ``smoke-cluster.junit_01.xml``: the e2e framework's own report of a real
-  smoke run against a 3-node kubeadm cluster of this harness.
+  ``--conformance-smoke`` run against a 3-node kubeadm cluster of this
+  harness (13 passed).
+* ``kubectl-failure.junit_01.xml``: the same against that cluster, three
+  specs with ``--kubectl-path=/nonexistent/kubectl``: 2 passed, the kubectl
+  one failed.
+
+The two cluster reports had their filter-skipped entries (7000+
+``<skipped message="skipped"/>`` specs that never ran) removed to stay small.
 
 When an e2e.test binary is cached (or $KUBE_HARNESS_E2E_BINARY is set), a
 fresh dry run is parsed too.
@@ -72,17 +79,22 @@ def test_before_suite_failure_is_a_failure():
 
 
 def test_cluster_smoke_report():
-    p = DATA / "smoke-cluster.junit_01.xml"
-    if not p.exists():
-        pytest.skip("no real-cluster sample recorded")
-    results = c.parse_junit(p)
-    cnt = c.counts(results)
-    assert sum(cnt.values()) == len(results) >= len(c.SMOKE_SPECS)
-    assert cnt["passed"] >= 1
-    assert all(r.seconds > 0 for r in results if r.outcome == "passed")
-    for r in results:
-        if r.outcome == "failed":
-            assert r.message, r
+    results = c.parse_junit(DATA / "smoke-cluster.junit_01.xml")
+    assert c.counts(results) == {"passed": len(c.SMOKE_SPECS), "failed": 0, "skipped": 0}
+    assert all(r.seconds > 0 for r in results)
+    for spec in c.SMOKE_SPECS:
+        assert [r for r in results if r.name.startswith(spec)], spec
+
+
+def test_cluster_failure_names_the_spec():
+    results = c.parse_junit(DATA / "kubectl-failure.junit_01.xml")
+    assert c.summary(results) == "conformance: 2 passed, 1 failed, 0 skipped"
+    (bad,) = [r for r in results if r.outcome == "failed"]
+    assert bad.name == "[sig-cli] Kubectl client Kubectl version should check is all data is printed [Conformance]"
+    assert "fork/exec /nonexistent/kubectl: no such file or directory" in bad.message
+    assert bad.message.startswith("error starting /nonexistent/kubectl")
+    assert bad.location.startswith("k8s.io/kubernetes@v1.34.4/test/e2e/framework/kubectl/builder.go:")
+    assert "STEP:" in bad.detail  # the spec's timeline comes along for the failure report
 
 
 def test_prow_junit_roundtrip(tmp_path, dryrun_report):
@@ -175,7 +187,7 @@ import gzip, pathlib
 
 def test_conformance(request):
     results = []
-    for name in ("nocluster.ginkgo-junit.xml", "smoke-cluster.junit_01.xml"):
+    for name in ("nocluster.ginkgo-junit.xml", "smoke-cluster.junit_01.xml", "kubectl-failure.junit_01.xml"):
         p = pathlib.Path(r"{data}") / name
         if p.exists():
             results += parse_junit(p)
@@ -192,12 +204,14 @@ def test_each_spec_becomes_a_pytest_result(tmp_path):
                         "-rA", f"--junitxml={xml}", str(tmp_path)], cwd=tmp_path, capture_output=True,
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     out = p.stdout + p.stderr
-    expected = c.parse_junit(DATA / "nocluster.ginkgo-junit.xml")
-    if (DATA / "smoke-cluster.junit_01.xml").exists():
-        expected += c.parse_junit(DATA / "smoke-cluster.junit_01.xml")
+    expected = [r for name in ("nocluster.ginkgo-junit.xml", "smoke-cluster.junit_01.xml",
+                               "kubectl-failure.junit_01.xml") for r in c.parse_junit(DATA / name)]
     cnt = c.counts(expected)
-    assert p.returncode == (1 if cnt["failed"] else 0), out
+    assert cnt == {"passed": 15, "failed": 2, "skipped": 0}
+    assert p.returncode == 1, out
     assert "test_inner.py::test_conformance::[SynchronizedBeforeSuite]" in out
+    assert ("FAILED test_inner.py::test_conformance::[sig-cli] Kubectl client Kubectl version should check is all "
+            "data is printed [Conformance]") in out
     cases = list(ET.parse(xml).getroot().iter("testcase"))
     assert len(cases) == 1 + len(expected), out
     by_name = {tc.get("name"): tc for tc in cases}

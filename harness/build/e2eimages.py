@@ -69,7 +69,7 @@ CONFORMANCE_IMAGES = (
     "Nautilus", "Kitten", "NonRoot", "Nonewprivs", "APIServer", "Etcd",
 )
 #: enough for the smoke subset
-SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "Nginx", "Httpd", "HttpdNew", "NginxNew")
+SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "JessieDnsutils", "Httpd", "HttpdNew")
 
 #: registry keys that must keep their upstream (unreachable) value: tests
 #: expect pulls from them to fail, or they need credentials we do not have

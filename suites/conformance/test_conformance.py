@@ -2,6 +2,8 @@
 session's kubeadm cluster.  See conftest.py for the options."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from harness import conformance
@@ -13,11 +15,15 @@ pytestmark = [pytest.mark.conformance, pytest.mark.cluster, pytest.mark.slow]
 def test_conformance(cluster, request):
     cfg = request.config
     mode = "smoke" if cfg.getoption("conformance_smoke") else cfg.getoption("conformance_mode") or "parallel"
-    run = conformance.run_conformance(
-        cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
-        nodes=cfg.getoption("e2e_parallel"), timeout=cfg.getoption("e2e_timeout"),
-        e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
-        extra_args=cfg.getoption("e2e_arg"))
+    capman = cfg.pluginmanager.getplugin("capturemanager")
+    # progress goes to the real terminal while the suite runs (it takes long)
+    live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with live:
+        run = conformance.run_conformance(
+            cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
+            nodes=cfg.getoption("e2e_parallel"), timeout=cfg.getoption("e2e_timeout"),
+            e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
+            extra_args=cfg.getoption("e2e_arg"))
     request.node._kh_conformance_results = run.results
     cluster.timings.update({f"conformance:{k}": v for k, v in run.timings.items()})
     for k, v in run.timings.items():

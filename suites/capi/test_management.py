@@ -148,6 +148,48 @@ def test_scale_down_by_new_leader(mgmt, capi_spec, capi_options, capi_controller
                     if m.name in gone], f"containers of {gone} still exist"
 
 
+def test_pivot_self_managed_and_back(request, mgmt, capi_spec, capi_options, capi_controllers, state):
+    """clusterctl-move-style pivot into the workload cluster itself; a
+    controller run against it scales the cluster it runs on; then back."""
+    _need_harness(capi_controllers)
+    from harness.capi.pivot import move
+    from harness.plugin import run_id
+
+    from .conftest import ControllerProcess
+    w = state["workload"]
+    target = ManagementCluster(w.kubeconfig_path)
+    t0 = time.monotonic()
+    r = move(mgmt, target, capi_spec.namespace, [capi_spec.name])
+    TIMINGS["pivot"] = round(time.monotonic() - t0, 1)
+    assert mgmt.get("Cluster", capi_spec.name, capi_spec.namespace) is None
+    assert any(o.startswith("Machine/") for o in r.objects) and "Secret/kh-wl-kubeconfig" in r.objects
+    moved = target.get("Cluster", capi_spec.name, capi_spec.namespace)
+    assert moved["status"]["phase"] == "Provisioned" and not moved["spec"].get("paused")
+    # the machines were not touched by the move
+    assert len(w.provider.list_machines(capi_spec.name, capi_spec.namespace)) == 2
+    ok, why = target.cluster_status(capi_spec.name, capi_spec.namespace)
+    assert ok, why
+    self_ctl = ControllerProcess(f"ctl-self-{capi_spec.namespace[-4:]}", str(w.kubeconfig_path), capi_spec.namespace,
+                                 node_image=request.config.getoption("node_image"), run_id=run_id(request.config))
+    try:
+        until(lambda: target.lease_holder("kube-harness-docker-controller", capi_spec.namespace) == self_ctl.identity,
+              60, "the self-hosted controller to lead", interval=0.5)
+        t0 = time.monotonic()
+        target.scale(capi_spec.name, capi_spec.namespace, f"{capi_spec.name}-md-0", 2,
+                     timeout=capi_options["timeout"])
+        TIMINGS["self-managed-scale-up"] = round(time.monotonic() - t0, 1)
+        until(lambda: (lambda n: len(n) == 3 and all(n.values()))(_ready_nodes(w)), 300,
+              "3 Ready nodes, scaled by the self-managed cluster")
+        t0 = time.monotonic()
+        move(target, mgmt, capi_spec.namespace, [capi_spec.name])
+        TIMINGS["pivot-back"] = round(time.monotonic() - t0, 1)
+    finally:
+        self_ctl.stop()
+    assert target.get("Cluster", capi_spec.name, capi_spec.namespace) is None
+    mgmt.wait_ready(capi_spec.name, capi_spec.namespace, timeout=120)
+    assert len(mgmt.list("Machine", capi_spec.namespace, {L_CLUSTER_NAME: capi_spec.name})) == 3
+
+
 def test_delete_cluster(mgmt, capi_spec, capi_options, state):
     t0 = time.monotonic()
     mgmt.delete_cluster(capi_spec.name, capi_spec.namespace, timeout=capi_options["timeout"])

@@ -17,8 +17,10 @@ How each image is made:
   dig, iperf, busybox-static applets for wget/nslookup...) under agnhost,
   jessie-dnsutils, nautilus and kitten, as upstream's alpine agnhost has.
 * busybox: the busybox-static Debian package (``apt-get download`` +
-  ``dpkg-deb -x``) with every applet symlinked in /bin; nonroot and
-  nonewprivs are built on it.
+  ``dpkg-deb -x``) with every applet symlinked in /bin, and bash-static as
+  /bin/sh (Debian's busybox sh drops env vars like ``data-1`` that the
+  Secret/ConfigMap envFrom conformance specs print with ``sh -c env``);
+  nonroot, nonewprivs and sample-apiserver are built on it.
 * nginx / nginx-new: Debian rootfs with nginx-light serving the default
   "Welcome to nginx!" page on :80 from /usr/share/nginx/html.
 * httpd / httpd-new: Debian rootfs with apache2-bin laid out like the
@@ -504,23 +506,24 @@ class Builder:
             log.info(f"go build {name}: {time.monotonic() - t0:.0f}s")
         return out
 
-    def busybox_deb(self) -> Path:
+    def deb(self, package: str) -> Path:
+        """A Debian package file (``apt-get download``, cached)."""
         d = cache_dir() / "debs"
         d.mkdir(parents=True, exist_ok=True)
-        found = sorted(d.glob("busybox-static_*.deb"))
+        found = sorted(d.glob(f"{package}_*.deb"))
         if found and not self.force:
             return found[-1]
-        with _lock("busybox-deb"):
+        with _lock(f"deb-{package}"):
             for attempt in (1, 2):
                 try:
-                    _run(["apt-get", "download", "-q", "busybox-static"], cwd=d, timeout=600)
+                    _run(["apt-get", "download", "-q", package], cwd=d, timeout=600)
                     break
                 except BuildError:
                     if attempt == 2:
                         raise
                     log.info("apt-get download failed; apt-get update and retry")
                     _run(["apt-get", "update", "-q"], timeout=600)
-        return sorted(d.glob("busybox-static_*.deb"))[-1]
+        return sorted(d.glob(f"{package}_*.deb"))[-1]
 
     # -- images
     def ensure(self, ident: str) -> str | None:
@@ -658,11 +661,19 @@ nogroup:x:65534:
 """
 
 
-def _busybox_rootfs(deb: Path, out: Path) -> None:
+def _busybox_rootfs(deb: Path, out: Path, bash_deb: Path) -> None:
+    """busybox applets in /bin; /bin/sh is bash-static.  Debian's busybox sh
+    drops environment variables whose names are not shell identifiers
+    (e.g. ``data-1`` from a Secret/ConfigMap envFrom) before running a
+    command, and the conformance tests ``sh -c env`` expect to see them:
+    bash passes them through."""
     with tempfile.TemporaryDirectory(prefix="kh-busybox-") as d:
         _run(["dpkg-deb", "-x", str(deb), d])
+        _run(["dpkg-deb", "-x", str(bash_deb), d + "/bash"])
         bb = next(p for p in (Path(d) / "bin/busybox", Path(d) / "usr/bin/busybox") if p.exists())
-        applets = sorted(set(_run([str(bb), "--list"]).split()) - {"busybox", "linuxrc"})
+        bash = next(p for p in (Path(d, "bash/bin/bash-static"), Path(d, "bash/usr/bin/bash-static"))
+                    if p.exists())
+        applets = sorted(set(_run([str(bb), "--list"]).split()) - {"busybox", "linuxrc", "sh", "bash"})
         tmp = out.with_suffix(".tmp")
         with tarfile.open(tmp, "w") as tf:
             for dname, mode in (("bin", 0o755), ("dev", 0o755), ("etc", 0o755), ("home", 0o755),
@@ -672,6 +683,8 @@ def _busybox_rootfs(deb: Path, out: Path) -> None:
                                 ("var/www", 0o755)):
                 _tar_add(tf, dname, dir=True, mode=mode)
             _tar_add(tf, "bin/busybox", data=bb.read_bytes(), mode=0o755)
+            _tar_add(tf, "bin/bash", data=bash.read_bytes(), mode=0o755)
+            _tar_add(tf, "bin/sh", link="bash")
             for a in applets:
                 _tar_add(tf, f"bin/{a}", link="busybox")
             _tar_add(tf, "etc/passwd", data=_PASSWD.encode())
@@ -683,8 +696,8 @@ def _busybox_rootfs(deb: Path, out: Path) -> None:
 
 
 def _r_busybox(b: Builder, ident: str, tag: str) -> str:
-    deb = b.busybox_deb()
-    h = _h(RECIPE_VERSION, ident, tag, deb.name, _src(_busybox_rootfs), _PASSWD, _GROUP)
+    deb, bash = b.deb("busybox-static"), b.deb("bash-static")
+    h = _h(RECIPE_VERSION, ident, tag, deb.name, bash.name, _src(_busybox_rootfs), _PASSWD, _GROUP)
     if b.fresh(tag, h):
         log.info(f"{tag}: up to date")
         b.hashes[ident] = h
@@ -694,7 +707,7 @@ def _r_busybox(b: Builder, ident: str, tag: str) -> str:
             out = cache_dir() / "rootfs" / f"busybox-{h[:16]}.tar"
             out.parent.mkdir(parents=True, exist_ok=True)
             if not out.exists():
-                _busybox_rootfs(deb, out)
+                _busybox_rootfs(deb, out, bash)
             docker_import(out, tag, b.labels(h, ident), [
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["sh"]'])
             log.info(f"built {tag}")

@@ -324,8 +324,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _strip_labels(s: str) -> str:
-    """'text [l1, l2]' -> 'text' (ginkgo appends the spec's labels)."""
-    return re.sub(r"\s\[[^\[\]]+,[^\[\]]+\]$", "", s)
+    """'text [l1, l2]' -> 'text' (ginkgo appends the spec's labels; its
+    failure reports also mark the leaf: 'Secrets [It] should ...')."""
+    return re.sub(r"\s\[[^\[\]]+,[^\[\]]+\]$", "", s).replace(" [It] ", " ")
 
 
 def _fmt(seconds: float) -> str:

@@ -463,58 +463,93 @@ class KubeadmBootstrapper:
 
     # ----------------------------------------------------------- remove
     def remove(self, cluster: Cluster, machine: Machine) -> None:
-        """Take a machine out of the cluster before it is deleted."""
+        """Take a machine out of the cluster before it is deleted: drain,
+        ``kubeadm reset`` (control planes: leaves etcd), etcd member removal
+        when reset could not do it (the machine is dead), load balancer
+        without it, Node deleted. Each step runs even if an earlier one
+        failed; the first error is raised at the end."""
+        current = cluster.provider.get_machine(machine.name) or machine
+        alive = current.state == "running"
         others = [c for c in cluster.control_planes if c.name != machine.name and c.state == "running"]
         run_on = others[0] if others else machine
-        with phase("drain", cluster=cluster.name, machine=machine.name):
-            r = cluster.kubectl("drain", machine.name, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
-                                "--grace-period=10", "--timeout=120s", machine=run_on, check=False, timeout=180)
-            if not r.ok and "not found" not in (r.stderr + r.stdout):
-                log.warning(f"drain {machine.name} failed: {_tail(r.stderr or r.stdout, 5)}",
-                            extra={"cluster": cluster.name, "machine": machine.name})
+        errors: list[BaseException] = []
+        extra = {"cluster": cluster.name, "machine": machine.name}
+        if alive:
+            with phase("drain", cluster=cluster.name, machine=machine.name):
+                try:
+                    r = cluster.kubectl("drain", machine.name, "--ignore-daemonsets", "--delete-emptydir-data",
+                                        "--force", "--grace-period=10", "--timeout=120s", machine=run_on,
+                                        check=False, timeout=180)
+                    if not r.ok and "not found" not in (r.stderr + r.stdout):
+                        log.warning(f"drain {machine.name} failed: {_tail(r.stderr or r.stdout, 5)}", extra=extra)
+                except Exception as e:
+                    log.warning(f"drain {machine.name} failed: {e}", extra=extra)
+        else:
+            log.info(f"{machine.name} is {current.state}: not draining", extra=extra)
         if machine.role == "control-plane":
-            with phase("kubeadm-reset", cluster=cluster.name, machine=machine.name):
-                r = cluster.provider.exec(machine, ["kubeadm", "reset", "-f", f"--v={self.verbosity}"],
-                                          check=False, timeout=300)
-                if not r.ok:
-                    log.warning(f"kubeadm reset on {machine.name} failed ({r.exit_code}): "
-                                f"{_tail(r.stderr or r.stdout, 10)}",
-                                extra={"cluster": cluster.name, "machine": machine.name})
-                if others:
-                    self._remove_etcd_member(cluster, others[0], machine.name)
+            if alive:
+                with phase("kubeadm-reset", cluster=cluster.name, machine=machine.name):
+                    try:
+                        r = cluster.provider.exec(machine, ["kubeadm", "reset", "-f", f"--v={self.verbosity}"],
+                                                  check=False, timeout=300)
+                        if not r.ok:
+                            log.warning(f"kubeadm reset on {machine.name} failed ({r.exit_code}): "
+                                        f"{_tail(r.stderr or r.stdout, 10)}", extra=extra)
+                    except Exception as e:
+                        log.warning(f"kubeadm reset on {machine.name} failed: {e}", extra=extra)
+            if others:
+                try:
+                    self._remove_etcd_member(cluster, others[0], machine.name, machine.ip)
+                except Exception as e:
+                    errors.append(e)
             if self._state(cluster).get("loadBalancer") and others:
-                self._update_lb(cluster, others)
+                try:
+                    self._update_lb(cluster, others)
+                except Exception as e:
+                    errors.append(e)
         with phase("delete-node", cluster=cluster.name, machine=machine.name):
             from kubernetes.client.exceptions import ApiException
             try:
                 cluster.core.delete_node(machine.name)
             except ApiException as e:
                 if e.status != 404:
-                    raise
+                    errors.append(e)
+            except Exception as e:
+                errors.append(e)
         rest = [m for m in cluster.machines() if m.name != machine.name]
         try:
             cni.sync_routes(cluster, rest)
         except Exception as e:
             log.warning(f"cni sync after removing {machine.name}: {e}", extra={"cluster": cluster.name})
+        if errors:
+            raise errors[0]
 
-    def _remove_etcd_member(self, cluster: Cluster, via: Machine, name: str) -> None:
+    def _remove_etcd_member(self, cluster: Cluster, via: Machine, name: str, ip: str = "") -> None:
         """``etcdctl member remove`` for a member kubeadm reset did not remove
         (the machine was dead). Uses the etcd static pod on ``via``."""
-        base = ["-n", "kube-system", "exec", f"etcd-{via.name}", "--", "etcdctl",
+        # the local API server, not the load balancer (which may still send
+        # some connections to the member being removed)
+        base = ["--server=https://127.0.0.1:6443", "--request-timeout=30s", "-n", "kube-system", "exec",
+                f"etcd-{via.name}", "--", "etcdctl",
                 "--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
                 "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
                 "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key"]
-        r = cluster.kubectl(*base, "member", "list", machine=via, check=False, timeout=60)
+        for attempt in range(6):
+            r = cluster.kubectl(*base, "member", "list", machine=via, check=False, timeout=60)
+            if r.ok:
+                break
+            time.sleep(5)
         if not r.ok:
-            log.warning(f"etcd member list via {via.name} failed: {_tail(r.stderr, 5)}",
-                        extra={"cluster": cluster.name})
-            return
+            raise KubeadmError(f"etcd member list via {via.name} failed: {_tail(r.stderr or r.stdout, 5)}")
         for line in r.stdout.splitlines():
             f = [x.strip() for x in line.split(",")]
-            if len(f) >= 3 and f[2] == name:
+            # ID, status, name, peer URLs, client URLs, learner; a member that never started has no name
+            if len(f) >= 4 and (f[2] == name or (not f[2] and ip and f"//{ip}:" in f[3])):
                 log.info(f"removing etcd member {f[0]} ({name})", extra={"cluster": cluster.name,
                                                                          "phase": "etcd-member-remove"})
-                cluster.kubectl(*base, "member", "remove", f[0], machine=via, check=False, timeout=60)
+                rr = cluster.kubectl(*base, "member", "remove", f[0], machine=via, check=False, timeout=60)
+                if not rr.ok:
+                    raise KubeadmError(f"etcd member remove {f[0]} ({name}) failed: {_tail(rr.stderr, 5)}")
 
     # --------------------------------------------------------- kubeadm
     def _kubeadm(self, cluster: Cluster, m: Machine, args: list[str], what: str, timeout: float,

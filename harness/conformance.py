@@ -166,7 +166,7 @@ def phases_for(mode: str, *, focus: str | None = None, skip: str | None = None, 
     if mode not in MODES:
         raise ValueError(f"conformance mode {mode!r}; one of {MODES}")
     user_skip = skip or ""
-    join = lambda *xs: "|".join(x for x in xs if x)  # noqa: E731
+    join = lambda *xs: "|".join(dict.fromkeys(x for x in xs if x))  # noqa: E731
     if mode == "smoke":
         return [Phase("smoke", focus or smoke_focus(), user_skip, max(1, min(nodes, 2)), timeout)]
     f = focus or CONFORMANCE_FOCUS
@@ -431,6 +431,7 @@ class PhaseResult:
     junit_path: Path
     results: list[SpecResult] = field(default_factory=list)
     error: str = ""
+    not_run: int = 0  # selected specs that never ran (suite timeout, interrupt)
 
 
 class E2ERunner:
@@ -528,6 +529,11 @@ class E2ERunner:
             res.error = res.error or f"e2e exited {rc} with no failed spec in its report"
             res.results.append(SpecResult(f"[e2e {phase.name}] run", "failed", secs, res.error, tail,
                                           "Run", phase=phase.name))
+        ran = sum(1 for r in res.results if r.node_type == "It")
+        res.not_run = max(0, tracker.total - ran)
+        if res.not_run:
+            log.warning(f"[{phase.name}] {res.not_run} of {tracker.total} selected specs did not run "
+                        f"(suite timeout {phase.timeout} or interrupted)", extra={"phase": f"conformance-{phase.name}"})
         log.info(f"[{phase.name}] {summary(res.results)} in {_fmt(secs)} (exit {rc})",
                  extra={"phase": f"conformance-{phase.name}", "event": "done", "elapsed": round(secs, 1)})
         return res

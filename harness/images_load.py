@@ -4,10 +4,12 @@ into ``ctr -n k8s.io images import -`` on each machine.
 
 Provider-agnostic: it only uses the MachineProvider interface (``exec``
 with stdin), so any provider whose machines run containerd works.  Nodes
-that already have an image (same tag and same image ID) are skipped.
+that already have an image (same tag, same image ID: the config digest of
+the tag's manifest in containerd) are skipped.
 """
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import tempfile
@@ -56,23 +58,54 @@ def image_ids(tags: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def node_images(cluster, machine: Machine, namespace: str = CTR_NAMESPACE) -> set[str]:
-    res = cluster.provider.exec(machine, ["ctr", "-n", namespace, "images", "ls", "-q"], check=False, timeout=120)
+_CONFIGS_SCRIPT = r"""
+ns="$1"; shift
+for r in "$@"; do
+  d=$(ctr -n "$ns" images ls "name==$r" 2>/dev/null | awk 'NR==2{print $3}')
+  [ -n "$d" ] || continue
+  printf '@@REF %s\n' "$r"
+  ctr -n "$ns" content get "$d"
+  printf '\n'
+done
+"""
+
+
+def node_image_configs(cluster, machine: Machine, refs: Sequence[str],
+                       namespace: str = CTR_NAMESPACE) -> dict[str, str]:
+    """containerd ref -> image config digest (= the docker image ID) for
+    those of ``refs`` the machine has."""
+    res = cluster.provider.exec(machine, ["sh", "-c", _CONFIGS_SCRIPT, "sh", namespace, *refs], check=False,
+                                timeout=300)
     if res.exit_code != 0:
-        raise ImageLoadError(f"{machine.name}: ctr images ls failed: {(res.stderr or res.stdout).strip()[-500:]}")
-    return set(res.stdout.split())
-
-
-def missing_on(refs: set[str], ids: dict[str, str]) -> list[str]:
-    """The tags of ``ids`` a node with ``refs`` lacks.  The CRI plugin adds
-    an image-ID reference for every image it knows; when it does, a tag that
-    points at another (older) image counts as missing."""
-    has_id_refs = any(r.startswith("sha256:") for r in refs)
-    out = []
-    for tag, iid in ids.items():
-        if normalize(tag) not in refs or (has_id_refs and iid not in refs):
-            out.append(tag)
+        raise ImageLoadError(f"{machine.name}: listing images failed: {(res.stderr or res.stdout).strip()[-500:]}")
+    out: dict[str, str] = {}
+    for chunk in res.stdout.split("@@REF ")[1:]:
+        ref, _, body = chunk.partition("\n")
+        try:
+            manifest = json.loads(body)
+        except ValueError:
+            continue
+        if "manifests" in manifest:  # an index: take the linux/amd64 (or only) manifest
+            ms = manifest["manifests"]
+            pick = next((m for m in ms if m.get("platform", {}).get("architecture") == "amd64"), ms[0] if ms else None)
+            if not pick:
+                continue
+            got = cluster.provider.exec(machine, ["ctr", "-n", namespace, "content", "get", pick["digest"]],
+                                        check=False, timeout=60)
+            try:
+                manifest = json.loads(got.stdout)
+            except ValueError:
+                continue
+        cfg = manifest.get("config", {}).get("digest")
+        if cfg:
+            out[ref.strip()] = cfg
     return out
+
+
+def missing_on(configs: dict[str, str], ids: dict[str, str]) -> list[str]:
+    """The tags of ``ids`` (tag -> docker image ID) that a node with
+    ``configs`` (containerd ref -> config digest) lacks or has as another image."""
+    return [tag for tag, iid in ids.items() if configs.get(normalize(tag)) != iid]
 
 
 def _save(tags: Sequence[str]) -> bytes:
@@ -106,8 +139,10 @@ def load_images(cluster, tags: Iterable[str], *, machines: Sequence[Machine] | N
     ids = image_ids(tags)
     t0 = time.monotonic()
 
+    refs = [normalize(t) for t in ids]
+
     def plan(m: Machine) -> tuple[Machine, list[str]]:
-        return m, missing_on(node_images(cluster, m, namespace), ids)
+        return m, missing_on(node_image_configs(cluster, m, refs, namespace), ids)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         todo = [x for x in pool.map(plan, machines)]
@@ -126,7 +161,8 @@ def load_images(cluster, tags: Iterable[str], *, machines: Sequence[Machine] | N
         def one(m: Machine, miss=miss, archive=archive) -> None:
             t1 = time.monotonic()
             _import(cluster, m, archive, namespace, timeout)
-            still = missing_on(node_images(cluster, m, namespace), {t: ids[t] for t in miss})
+            still = missing_on(node_image_configs(cluster, m, [normalize(t) for t in miss], namespace),
+                               {t: ids[t] for t in miss})
             if still:
                 raise ImageLoadError(f"{m.name}: images still missing after import: {still}")
             loaded[m.name] = list(miss)

@@ -35,8 +35,10 @@ def test_conformance(cluster, request):
         terminal.write_line(run.summary())
     ran = [r for r in run.results if r.node_type == "It"]
     assert ran or cfg.getoption("conformance_focus"), f"no e2e spec ran ({mode}); see {run.out_dir}"
+    not_run = sum(p.not_run for p in run.phases)
     if run.failed:
-        lines = [f"{len(run.failed)} conformance spec(s) failed ({run.summary()}):"]
+        lines = [f"{len(run.failed)} conformance spec(s) failed ({run.summary()}"
+                 f"{f'; {not_run} selected specs did not run' if not_run else ''}):"]
         lines += [f"  - {r.name}: {r.message.splitlines()[0][:300] if r.message else r.state}"
                   for r in run.failed]
         lines.append(f"logs: {run.out_dir}")

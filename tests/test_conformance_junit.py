@@ -221,3 +221,52 @@ def test_each_spec_becomes_a_pytest_result(tmp_path):
     assert failed == cnt["failed"]
     summary_words = f"{cnt['failed']} failed, {cnt['passed'] + 1} passed"
     assert summary_words in out, out[-2000:]
+
+
+# ------------------------------------------------------- images and loading
+
+def _manifest_text() -> str:
+    from harness.build import e2eimages
+    try:
+        return (e2eimages.module_dir() / "test/utils/image/manifest.go").read_text()
+    except Exception as e:  # no Go / module cache
+        pytest.skip(f"k8s.io/kubernetes module source not available: {e}")
+
+
+def test_manifest_and_repo_list_cover_the_conformance_images():
+    from harness.build import e2eimages
+    text = _manifest_text()
+    refs = e2eimages.parse_manifest(text)
+    assert refs["Agnhost"].upstream == "registry.k8s.io/e2e-test-images/agnhost:2.56"
+    assert refs["Pause"].registry_key == "gcRegistry"
+    assert refs["Agnhost"].local("kube-harness.local") == "kube-harness.local/e2e-test-images/agnhost:2.56"
+    assert refs["Pause"].local("kube-harness.local") == "kube-harness.local/pause:3.10.1"
+    # every registry key e2e.test reads from KUBE_TEST_REPO_LIST is mapped
+    import re
+    keys = set(re.findall(r'`yaml:"(\w+)"`', text))
+    assert keys == set(e2eimages.repo_list())
+    assert set(e2eimages.CONFORMANCE_IMAGES) <= set(refs) and set(e2eimages.CONFORMANCE_IMAGES) <= set(
+        e2eimages.RECIPES)
+    assert set(e2eimages.SMOKE_IMAGES) <= set(e2eimages.CONFORMANCE_IMAGES)
+
+
+def test_write_repo_list(tmp_path):
+    import yaml
+    from harness.build import e2eimages
+    p = e2eimages.write_repo_list(tmp_path / "repo.yaml", "reg.example")
+    data = yaml.safe_load(p.read_text())
+    assert data["promoterE2eRegistry"] == "reg.example/e2e-test-images"
+    assert data["gcRegistry"] == "reg.example"
+    assert data["invalidRegistry"] == "invalid.registry.k8s.io/invalid"  # must stay unreachable
+
+
+def test_image_load_planning():
+    from harness.images_load import missing_on, normalize
+    assert normalize("busybox") == "docker.io/library/busybox:latest"
+    assert normalize("foo/bar:1") == "docker.io/foo/bar:1"
+    assert normalize("kube-harness.local/e2e-test-images/agnhost:2.56") == \
+        "kube-harness.local/e2e-test-images/agnhost:2.56"
+    ids = {"kube-harness.local/a:1": "sha256:aa", "kube-harness.local/b:1": "sha256:bb", "c:1": "sha256:cc"}
+    node = {"kube-harness.local/a:1": "sha256:aa", "kube-harness.local/b:1": "sha256:old",
+            "docker.io/library/c:1": "sha256:cc"}
+    assert missing_on(node, ids) == ["kube-harness.local/b:1"]  # b is there, but another image

@@ -38,7 +38,6 @@ def timed(fn, *a, **kw):
 
 def build_times(version: str, uncached: bool) -> dict[str, float]:
     from harness.build import kube, nodeimage
-    from providers.docker.nodeimage.base import build_base_image
     res: dict[str, float] = {}
     if uncached:
         env = {**os.environ, "KUBE_HARNESS_CACHE": f"/tmp/kh-bench-cache-{uuid.uuid4().hex[:6]}",
@@ -47,7 +46,7 @@ def build_times(version: str, uncached: bool) -> dict[str, float]:
         subprocess.run([sys.executable, "-m", "harness.build", "--version", version], env=env, check=True, cwd=ROOT)
         res["build kubernetes (uncached, cold Go cache)"] = round(time.monotonic() - t0, 1)
     _, res["build kubernetes (cached)"] = timed(kube.build_kubernetes, version)
-    base, res["base image (cached)"] = timed(build_base_image)
+    base, res["base image (cached)"] = timed(nodeimage.base_image)
     _, res["node image (cached)"] = timed(nodeimage.build_node_image, version, base)
     return res
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -33,6 +33,9 @@ if ! docker info >/dev/null 2>&1; then
 fi
 log "docker $(docker version --format '{{.Server.Version}}') storage=$(docker info --format '{{.Driver}}') cgroup=$(docker info --format '{{.CgroupVersion}}')"
 
+# every node's kubelet and containerd need inotify instances (HA clusters exhaust the default 128)
+sysctl -q -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288 || log "warning: could not raise inotify limits"
+
 if ! command -v go >/dev/null; then
   log "installing Go from Debian (newer toolchains come from the Go module proxy via GOTOOLCHAIN)"
   apt-get install -y -q golang-go >/dev/null

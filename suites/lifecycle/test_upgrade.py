@@ -16,7 +16,7 @@ UPGRADE_FROM = os.environ.get("KUBE_HARNESS_UPGRADE_FROM", "v1.33.13")
 def test_skew_rules():
     check_skew("v1.33.13", "v1.34.4")
     check_skew("v1.34.1", "v1.34.4")
-    for bad in ("v1.35.0", "v1.33.1", "v1.34.4", "latest"):
+    for bad in ("v1.36.0", "v1.33.1", "v1.34.4", "latest"):  # two minors, downgrade, same, junk
         with pytest.raises(UpgradeError, match="allowed"):
             check_skew("v1.34.4", bad)
 

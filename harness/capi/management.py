@@ -163,9 +163,13 @@ class ManagementCluster:
                 out.append(self.api.sanitize_for_serialization(r))
                 continue
             g, v, plural = resource(o)
-            out.append(self.custom.patch_namespaced_custom_object(g, v, meta["namespace"], plural, meta["name"],
-                                                                  dict(o), field_manager=self.field_manager,
-                                                                  force=force, _content_type=APPLY))
+            r = self.custom.patch_namespaced_custom_object(g, v, meta["namespace"], plural, meta["name"], dict(o),
+                                                           field_manager=self.field_manager, force=force,
+                                                           _content_type=APPLY)
+            if r is None:
+                # the generated client only deserializes 200 answers; an apply that creates answers 201
+                r = self.custom.get_namespaced_custom_object(g, v, meta["namespace"], plural, meta["name"])
+            out.append(r)
         return out
 
     def get(self, kind: str, name: str, namespace: str, api_version: str | None = None) -> dict | None:

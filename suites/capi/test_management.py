@@ -36,6 +36,7 @@ def mgmt(capi_management: ManagementCluster, capi_controllers, capi_spec, capi_o
     # whatever happened, leave no workload cluster behind
     try:
         if capi_management.get("Cluster", capi_spec.name, capi_spec.namespace) is not None:
+            capi_management.pause(capi_spec.name, capi_spec.namespace, False)  # a failed pivot leaves it paused
             capi_management.delete_cluster(capi_spec.name, capi_spec.namespace, timeout=capi_options["timeout"])
     except Exception as e:
         log.error(f"cleanup of the workload cluster failed: {e}")

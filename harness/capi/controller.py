@@ -114,8 +114,9 @@ class DockerMachineReconciler:
 
     def __init__(self, mgmt: ManagementCluster, owner: Owner, *, namespace: str | None = None,
                  bootstrapper: Any = None, provider_factory: Callable[[Mapping[str, Any]], MachineProvider] | None = None,
-                 is_leader: Callable[[], bool] = lambda: True):
+                 is_leader: Callable[[], bool] = lambda: True, internal_endpoint: bool = False):
         self.mgmt = mgmt
+        self.internal_endpoint = internal_endpoint
         self.owner = owner
         self.namespace = namespace
         if bootstrapper is None:
@@ -248,7 +249,7 @@ class DockerMachineReconciler:
         if secret is None:
             cl, infra = self.initialize(cl, infra, spec, provider)
         else:
-            _restore_kubeconfig(handle, secret)
+            _restore_kubeconfig(handle, secret, self.internal_endpoint)
         self.reconcile_machines(cl, handle, mds, templates)
         self.update_status(cl, infra, handle, mds)
 
@@ -589,8 +590,19 @@ class DockerMachineReconciler:
                 self._drop_finalizer(cl, F_CLUSTER)
 
 
-def _restore_kubeconfig(handle: Cluster, secret: Mapping[str, Any]) -> None:
+def _restore_kubeconfig(handle: Cluster, secret: Mapping[str, Any], internal: bool = False) -> None:
+    """The workload kubeconfig from its Secret into the handle's state dir;
+    ``internal``: with the server on the machines' network (a controller in a
+    pod cannot reach the host's published port)."""
     kc = base64.b64decode(secret["data"]["value"]).decode()
+    if internal:
+        import yaml
+        target = handle.load_balancer() or (handle.control_planes or [None])[0]
+        if target is not None and target.ip:
+            doc = yaml.safe_load(kc)
+            for c in doc.get("clusters") or []:
+                c["cluster"]["server"] = f"https://{target.ip}:6443"
+            kc = yaml.safe_dump(doc, sort_keys=False)
     p = handle.kubeconfig_path
     if not p.exists() or p.read_text() != kc:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -621,7 +633,11 @@ def _set_condition(conds: list | None, ctype: str, status: str, reason: str, mes
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.capi.controller",
                                 description="The harness's Docker machine controller for Cluster API objects.")
-    p.add_argument("--kubeconfig", required=True, help="management cluster kubeconfig")
+    p.add_argument("--kubeconfig", default=None, help="management cluster kubeconfig")
+    p.add_argument("--in-cluster", action="store_true", help="use the pod's service account (controller Deployment)")
+    p.add_argument("--workload-endpoint", choices=("host", "internal"), default="host",
+                   help="reach workload API servers at the host's published port (host) or on the machines' "
+                        "network (internal: from a pod on a node)")
     p.add_argument("--namespace", default=None, help="reconcile Clusters of this namespace only (default: all)")
     p.add_argument("--lease-namespace", default=None, help="namespace of the Lease (default: --namespace or default)")
     p.add_argument("--lease-name", default=LEASE_NAME)
@@ -642,15 +658,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.kubeconfig and not args.in_cluster:
+        parser.error("one of --kubeconfig or --in-cluster is required")
     from harness import progress, reaper
-    identity = args.identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    # in a pod (host network: the hostname is the node's) the pod name, from the downward API
+    identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     log_file = Path(args.log_file) if args.log_file else progress.artifacts_dir() / f"capi-controller-{identity}.jsonl"
     progress.configure(verbose=not args.quiet, json_path=log_file)
     for name in ("harness.capi", "harness.capi.leader", "harness.kubeadm", "harness.controller"):
         logging.getLogger(name).setLevel(logging.DEBUG)
     lease_ns = args.lease_namespace or args.namespace or "default"
-    mgmt = ManagementCluster(args.kubeconfig)
+    mgmt = ManagementCluster(None if args.in_cluster else args.kubeconfig)
     stop = threading.Event()
 
     def lost() -> None:
@@ -684,8 +704,9 @@ def main(argv: list[str] | None = None) -> int:
     from harness.kubeadm.bootstrap import KubeadmBootstrapper
     rec = DockerMachineReconciler(mgmt, owner, namespace=args.namespace,
                                   bootstrapper=KubeadmBootstrapper(node_image=args.node_image),
-                                  is_leader=elector.is_leader)
-    log.info(f"controller {identity} starting: management {args.kubeconfig}, namespace {args.namespace or '(all)'}, "
+                                  is_leader=elector.is_leader,
+                                  internal_endpoint=args.workload_endpoint == "internal")
+    log.info(f"controller {identity} starting: management {mgmt.kubeconfig}, namespace {args.namespace or '(all)'}, "
              f"Lease {lease_ns}/{args.lease_name}", extra={"phase": "start"})
     code = 0
     try:

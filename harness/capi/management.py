@@ -65,13 +65,20 @@ def is_status(e: BaseException, *codes: int) -> bool:
 class ManagementCluster:
     """A Cluster API management cluster reached through ``kubeconfig``."""
 
-    def __init__(self, kubeconfig: str | os.PathLike, *, context: str | None = None,
+    def __init__(self, kubeconfig: str | os.PathLike | None, *, context: str | None = None,
                  field_manager: str = FIELD_MANAGER):
+        """``kubeconfig=None``: the in-cluster service account (a controller pod)."""
         from kubernetes import client, config as kconfig
-        self.kubeconfig = str(kubeconfig)
-        if not Path(self.kubeconfig).is_file():
-            raise ManagementError(f"management kubeconfig {self.kubeconfig}: no such file")
-        self.api = kconfig.new_client_from_config(self.kubeconfig, context=context)
+        if kubeconfig is None:
+            cfg = client.Configuration()
+            kconfig.load_incluster_config(client_configuration=cfg)
+            self.kubeconfig = "(in-cluster)"
+            self.api = client.ApiClient(cfg)
+        else:
+            self.kubeconfig = str(kubeconfig)
+            if not Path(self.kubeconfig).is_file():
+                raise ManagementError(f"management kubeconfig {self.kubeconfig}: no such file")
+            self.api = kconfig.new_client_from_config(self.kubeconfig, context=context)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.ext = client.ApiextensionsV1Api(self.api)

@@ -75,7 +75,7 @@ def test_component_images_run():
     finally:
         c.remove(force=True)
     proxy = next(t for t in tags if "kube-proxy" in t)
-    out = dk.containers.run(proxy, entrypoint="sh", command=["-c", "iptables-wrapper -V; conntrack --version"],
+    out = dk.containers.run(proxy, entrypoint="sh", command=["-c", "timeout 20 iptables -V; timeout 20 conntrack --version"],
                             remove=True, privileged=False, cap_add=["NET_ADMIN"]).decode()
     assert "iptables v1." in out and "conntrack" in out
 

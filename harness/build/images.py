@@ -17,11 +17,11 @@ from .cache import BuildError, cache_dir, digest, docker_import, image_fresh, lo
 IPTABLES_PACKAGES = ("iptables", "conntrack", "kmod", "ipset", "ebtables")
 # Picks the iptables backend the node's kubelet uses, as upstream's iptables-wrapper does.
 IPTABLES_WRAPPER = """#!/bin/sh
+case "${0##*/}" in iptables-wrapper) echo "usage: run as iptables, iptables-save, ... (symlinks)" >&2; exit 2;; esac
 mode=nft
 if iptables-legacy-save -t mangle 2>/dev/null | grep -q KUBE-IPTABLES-HINT; then mode=legacy; fi
 if iptables-nft-save -t mangle 2>/dev/null | grep -q KUBE-IPTABLES-HINT; then mode=nft; fi
 for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
-  update-alternatives --set "${t%%-*}" "/usr/sbin/${t%%-*}-$mode" >/dev/null 2>&1 || true
   ln -sf "/usr/sbin/xtables-$mode-multi" "/usr/sbin/$t"
 done
 exec "$0" "$@"

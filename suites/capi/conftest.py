@@ -42,6 +42,7 @@ import yaml
 
 from harness.capi import crds as capi_crds
 from harness.capi.controller import LEASE_NAME
+from harness.capi.deploy import DOCKER_SOCKET_MOUNT
 from harness.capi.management import ManagementCluster
 from harness.capi.objects import HARNESS_DOCKER, InfraKinds
 from harness.progress import artifacts_dir, log
@@ -110,10 +111,15 @@ def capi_namespace() -> str:
 
 @pytest.fixture(scope="session")
 def capi_spec(capi_namespace: str, cluster_spec: ClusterSpec) -> ClusterSpec:
-    """The workload cluster: one control plane, one worker (md-0)."""
+    """The workload cluster: one control plane, one worker (md-0), nodes with the Docker socket."""
     return parse({"apiVersion": "harness.k8s.io/v1alpha1", "kind": "Cluster",
                   "metadata": {"name": "kh-wl", "namespace": capi_namespace},
-                  "spec": {"provider": {"name": "docker", "options": dict(cluster_spec.provider_options)},
+                  # the host's Docker socket in the nodes: after the pivot, the controller runs as a
+                  # Deployment inside this cluster (node containers are privileged anyway)
+                  "spec": {"provider": {"name": "docker", "options": {
+                               **dict(cluster_spec.provider_options),
+                               "extra_mounts": [*(cluster_spec.provider_options.get("extra_mounts") or []),
+                                                DOCKER_SOCKET_MOUNT]}},
                            "clusterNetwork": {"pods": "10.200.0.0/16", "services": "10.201.0.0/16"},
                            "topology": {"version": cluster_spec.version, "controlPlane": {"replicas": 1},
                                         "workers": {"machineDeployments": [{"name": "md-0", "replicas": 1}]}}}},

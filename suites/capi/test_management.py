@@ -16,7 +16,7 @@ import pytest
 
 from harness.capi import L_CLUSTER_NAME
 from harness.capi.management import ManagementCluster
-from harness.progress import log
+from harness.progress import artifacts_dir, log
 from harness.waits import node_ready, until
 from providers.base import L_CLUSTER, L_NAMESPACE
 
@@ -189,6 +189,41 @@ def test_pivot_self_managed_and_back(request, mgmt, capi_spec, capi_options, cap
     assert target.get("Cluster", capi_spec.name, capi_spec.namespace) is None
     mgmt.wait_ready(capi_spec.name, capi_spec.namespace, timeout=120)
     assert len(mgmt.list("Machine", capi_spec.namespace, {L_CLUSTER_NAME: capi_spec.name})) == 3
+
+
+def test_pivot_in_cluster_controller(request, mgmt, capi_spec, capi_options, capi_controllers, state):
+    """Pivot into the workload cluster and run the controller there as a
+    Deployment (two replicas, Lease election in that cluster, the host's
+    Docker socket): it scales the cluster it runs in; then back."""
+    _need_harness(capi_controllers)
+    from harness.capi import deploy
+    from harness.capi.pivot import move
+    from harness.kubeadm.bootstrap import KubeadmBootstrapper
+    w = state["workload"]
+    target = ManagementCluster(w.kubeconfig_path)
+    node_image = request.config.getoption("node_image") or KubeadmBootstrapper().image(w)
+    move(mgmt, target, capi_spec.namespace, [capi_spec.name])
+    try:
+        t0 = time.monotonic()
+        deploy.deploy(w, capi_spec.namespace, node_image=node_image)
+        TIMINGS["in-cluster-deploy"] = round(time.monotonic() - t0, 1)
+        holder = target.lease_holder("kube-harness-docker-controller", capi_spec.namespace)
+        pods = [p.metadata.name for p in target.core.list_namespaced_pod(
+            capi_spec.namespace, label_selector=f"app.kubernetes.io/name={deploy.NAME}").items]
+        assert len(pods) == 2 and holder.split("_")[0] in pods
+        t0 = time.monotonic()
+        target.scale(capi_spec.name, capi_spec.namespace, f"{capi_spec.name}-md-0", 1,
+                     timeout=capi_options["timeout"])
+        TIMINGS["in-cluster-scale-down"] = round(time.monotonic() - t0, 1)
+        until(lambda: (lambda n: len(n) == 2 and all(n.values()))(_ready_nodes(w)), 300,
+              "2 Ready nodes, scaled by the controller running inside the cluster")
+    finally:
+        logs = deploy.pod_logs(target, capi_spec.namespace)
+        (artifacts_dir() / "capi-in-cluster-controller.log").write_text(logs)
+        deploy.undeploy(w, capi_spec.namespace)
+        move(target, mgmt, capi_spec.namespace, [capi_spec.name], force=True)
+    mgmt.wait_ready(capi_spec.name, capi_spec.namespace, timeout=120)
+    assert len(mgmt.list("Machine", capi_spec.namespace, {L_CLUSTER_NAME: capi_spec.name})) == 2
 
 
 def test_delete_cluster(mgmt, capi_spec, capi_options, state):

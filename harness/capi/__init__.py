@@ -13,7 +13,9 @@ and waits for *any* Cluster API machine controller to reconcile them.
 * :mod:`.leader` - Lease-based leader election (coordination.k8s.io/v1);
 * :mod:`.controller` - the harness's Docker machine controller process
   (``python -m harness.capi.controller``);
-* :mod:`.pivot` - move the objects to another cluster (``clusterctl move``).
+* :mod:`.pivot` - move the objects to another cluster (``clusterctl move``);
+* :mod:`.image` / :mod:`.deploy` - the controller's image, built locally, and
+  its Deployment inside a cluster (after a pivot: a self-managed cluster).
 """
 from __future__ import annotations
 

@@ -710,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
              f"Lease {lease_ns}/{args.lease_name}", extra={"phase": "start"})
     code = 0
     try:
+        mgmt.ensure_namespace(lease_ns)  # the Lease's namespace (a fresh cluster may not have it yet)
         if not elector.acquire(stop):
             return 0
         elector.start_renewing()
@@ -730,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
             log.info("Lease released", extra={"phase": "stop"})
         else:
             elector.stop()
+    if elector.lost:  # however the main thread was interrupted (interrupt_main runs the SIGINT handler)
+        log.error("exiting after losing the Lease", extra={"phase": "leader-election"})
+        code = 1
     logging.shutdown()
     return code
 

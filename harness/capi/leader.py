@@ -99,7 +99,7 @@ class LeaseElector:
     def _get(self) -> tuple[Any | None, Record | None]:
         from kubernetes.client.exceptions import ApiException
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self._timeout())
         except ApiException as e:
             if e.status == 404:
                 return None, None
@@ -131,7 +131,8 @@ class LeaseElector:
         try:
             lease, rec = self._get()
             if lease is None:
-                self._wrote(self.api.create_namespaced_lease(self.namespace, self._body(None, _now_micro(), 0)))
+                self._wrote(self.api.create_namespaced_lease(self.namespace, self._body(None, _now_micro(), 0),
+                                                            _request_timeout=self._timeout()))
                 log.info(f"{self.identity}: created Lease {self.namespace}/{self.name}; leading",
                          extra={"phase": "leader-election"})
                 self._won(start)
@@ -147,7 +148,8 @@ class LeaseElector:
             acquire = rec.acquire_time if me and self._renewed_at is not None else _now_micro()
             transitions = rec.transitions if me else rec.transitions + 1
             self._wrote(self.api.replace_namespaced_lease(self.name, self.namespace,
-                                                          self._body(rec.resource_version, acquire, transitions)))
+                                                          self._body(rec.resource_version, acquire, transitions),
+                                                          _request_timeout=self._timeout()))
             if not me or self._renewed_at is None:
                 log.info(f"{self.identity}: acquired Lease {self.namespace}/{self.name} "
                          f"(previous holder {rec.holder or '(none)'}); leading", extra={"phase": "leader-election"})
@@ -164,6 +166,10 @@ class LeaseElector:
             log.warning(f"{self.identity}: Lease {self.namespace}/{self.name}: {type(e).__name__}: {str(e)[:200]}",
                         extra={"phase": "leader-election"})
             return False
+
+    def _timeout(self) -> float:
+        """Per-request timeout: a hung request must not outlive the renew deadline."""
+        return max(1.0, (self.renew_deadline - self.retry_period) / 2)
 
     def _wrote(self, lease: Any) -> None:
         s = lease.spec
@@ -191,23 +197,46 @@ class LeaseElector:
         return False
 
     def start_renewing(self) -> None:
-        """Renew in a background thread until :meth:`stop` or loss."""
+        """Renew in a background thread until :meth:`stop` or loss; a second
+        thread declares the loss at the renew deadline even if a renew call
+        hangs (a network partition), so ``on_lost`` runs in time."""
         self._thread = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._watchdog, name="lease-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        while not self._stop.wait(min(0.5, self.retry_period / 2)):
+            with self._lock:
+                renewed = self._renewed_at
+            if renewed is not None and time.monotonic() - renewed >= self.renew_deadline:
+                self._lose(f"no successful renew for {self.renew_deadline:.0f}s")
+                return
+            if self._lost.is_set():
+                return
+
+    def _lose(self, why: str) -> None:
+        with self._lock:
+            if self._lost.is_set():
+                return
+            self._lost.set()
+        log.error(f"{self.identity}: lost Lease {self.namespace}/{self.name} ({why}; holder {self.holder})",
+                  extra={"phase": "leader-election"})
+        if self.on_lost:
+            self.on_lost()
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.retry_period):
+            if self._lost.is_set():
+                return
             if self.try_acquire_or_renew():
                 continue
             with self._lock:
                 renewed = self._renewed_at
+            if self._lost.is_set():
+                return
             if renewed is None or time.monotonic() - renewed >= self.renew_deadline or \
                     (self._observed and self._observed.holder not in ("", self.identity)):
-                self._lost.set()
-                log.error(f"{self.identity}: lost Lease {self.namespace}/{self.name} (no renew within "
-                          f"{self.renew_deadline:.0f}s; holder {self.holder})", extra={"phase": "leader-election"})
-                if self.on_lost:
-                    self.on_lost()
+                self._lose(f"no renew within {self.renew_deadline:.0f}s")
                 return
 
     def stop(self) -> None:
@@ -226,7 +255,8 @@ class LeaseElector:
                 return False
             self.api.replace_namespaced_lease(self.name, self.namespace,
                                               self._body(rec.resource_version, rec.acquire_time or _now_micro(),
-                                                         rec.transitions, holder="", duration=1))
+                                                         rec.transitions, holder="", duration=1),
+                                              _request_timeout=self._timeout())
             with self._lock:
                 self._renewed_at = None
             log.info(f"{self.identity}: released Lease {self.namespace}/{self.name}",

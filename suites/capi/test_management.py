@@ -238,3 +238,17 @@ def test_delete_cluster(mgmt, capi_spec, capi_options, state):
     if capi_options["infra"].ours:
         left = state["workload"].provider.list_owned({L_CLUSTER: capi_spec.name, L_NAMESPACE: capi_spec.namespace})
         assert left == [], f"objects of the workload cluster still exist: {left}"
+
+
+def test_clean_shutdown_releases_the_lease(capi_controllers):
+    """SIGTERM: the leader gives the Lease up (holder emptied) and exits 0,
+    so a successor need not wait for it to expire."""
+    _need_harness(capi_controllers)
+    holder = capi_controllers.holder()
+    proc = capi_controllers.by_identity(holder)
+    t0 = time.monotonic()
+    proc.kill(signal.SIGTERM)
+    assert proc.proc.wait(60) == 0, proc.log_text()[-2000:]
+    assert capi_controllers.holder() is None
+    TIMINGS["release"] = round(time.monotonic() - t0, 1)
+    assert "released Lease" in proc.log_text()

@@ -47,9 +47,9 @@ def mgmt(capi_management: ManagementCluster, capi_controllers, capi_spec, capi_o
     log.info(f"capi timings: {TIMINGS}")
 
 
-def _need_harness(capi_controllers) -> None:
+def _need_harness(capi_controllers, what: str = "leader election") -> None:
     if capi_controllers is None:
-        pytest.skip("external controllers: leader election is theirs")
+        pytest.skip(f"external controllers: {what} is the harness controller's own (needs --capi-controllers harness)")
 
 
 def test_one_leader(mgmt, capi_controllers):
@@ -152,7 +152,7 @@ def test_scale_down_by_new_leader(mgmt, capi_spec, capi_options, capi_controller
 def test_pivot_self_managed_and_back(request, mgmt, capi_spec, capi_options, capi_controllers, state):
     """clusterctl-move-style pivot into the workload cluster itself; a
     controller run against it scales the cluster it runs on; then back."""
-    _need_harness(capi_controllers)
+    _need_harness(capi_controllers, "pivoting with a controller that follows")
     from harness.capi.pivot import move
     from harness.plugin import run_id
 
@@ -195,7 +195,7 @@ def test_pivot_in_cluster_controller(request, mgmt, capi_spec, capi_options, cap
     """Pivot into the workload cluster and run the controller there as a
     Deployment (two replicas, Lease election in that cluster, the host's
     Docker socket): it scales the cluster it runs in; then back."""
-    _need_harness(capi_controllers)
+    _need_harness(capi_controllers, "running the controller in the cluster")
     from harness.capi import deploy
     from harness.capi.pivot import move
     from harness.kubeadm.bootstrap import KubeadmBootstrapper

@@ -30,9 +30,10 @@ def dk():
 
 def leftovers(dk, cluster: str) -> list[str]:
     f = {"label": f"{L_CLUSTER}={cluster}"}
-    return ([f"container:{c.name}" for c in dk.containers.list(all=True, filters=f)]
-            + [f"network:{n.name}" for n in dk.networks.list(filters=f)]
-            + [f"volume:{v.name}" for v in dk.volumes.list(filters=f)])
+    # sorted: Docker lists objects in no stable order
+    return sorted([f"container:{c.name}" for c in dk.containers.list(all=True, filters=f)]
+                  + [f"network:{n.name}" for n in dk.networks.list(filters=f)]
+                  + [f"volume:{v.name}" for v in dk.volumes.list(filters=f)])
 
 
 @pytest.fixture

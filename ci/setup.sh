@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian machine: Docker engine, mmdebstrap, Go, the Python
 # package, then build (or take from cache) Kubernetes and the node image.
-# Idempotent: a second run only checks. Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build,
-# KUBE_HARNESS_E2E=1 also builds e2e.test for the conformance suite,
-# KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z also the older version the upgrade test starts from.
+# Idempotent: a second run only checks.
+#   bash ci/setup.sh        what the main job needs (Kubernetes, node image)
+#   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
+#                           version the upgrade test starts from (what ci/test.sh runs)
+# Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z,
+# KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z the upgrade-from version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  --all) export KUBE_HARNESS_E2E=1 KUBE_HARNESS_UPGRADE_FROM="${KUBE_HARNESS_UPGRADE_FROM:-v1.33.13}" ;;
+  "") ;;
+  *) echo "usage: bash ci/setup.sh [--all]" >&2; exit 2 ;;
+esac
 log() { echo "setup [$(date +%T)] $*" >&2; }
 
 need_apt=()

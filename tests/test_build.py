@@ -9,7 +9,7 @@ import time
 import docker
 import pytest
 
-from harness.build import images, kube, nodeimage
+from harness.build import cache, images, kube, nodeimage
 from harness.build.cache import DONE, BuildError
 
 pytestmark = [pytest.mark.docker]
@@ -109,3 +109,21 @@ def test_release_dir_must_exist(tmp_path):
 def test_prebuilt_node_image_must_exist():
     with pytest.raises(BuildError, match="not found locally"):
         nodeimage.build_node_image(image="kube-harness/node:does-not-exist")
+
+
+def test_silent_command_shows_progress_and_times_out(caplog):
+    """go build prints nothing for minutes: the heartbeat and the timeout must
+    not depend on output lines."""
+    caplog.set_level("INFO", logger="harness.build")
+    assert cache.run(["sh", "-c", "sleep 1.2; echo done"], what="quiet", heartbeat=0.3) == "done\n"
+    beats = [r for r in caplog.records if r.getMessage().startswith("still running")]
+    assert len(beats) >= 2 and all(r.phase == "quiet" for r in beats)
+    t0 = time.monotonic()
+    with pytest.raises(BuildError, match="timed out after 1s"):
+        cache.run(["sleep", "60"], what="stuck", timeout=1, heartbeat=0.2)
+    assert time.monotonic() - t0 < 10
+
+
+def test_failed_command_error_has_output_tail():
+    with pytest.raises(BuildError, match=r"(?s)failed \(exit 3\).*boom"):
+        cache.run(["sh", "-c", "echo boom; exit 3"], what="failing")

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -59,25 +60,35 @@ def mark_complete(d: Path, info: dict) -> None:
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None, what: str = "",
-        timeout: float | None = None) -> str:
-    """Run a command, logging its output lines at debug and a heartbeat at
-    info every 30 s; raise BuildError with the output tail on failure."""
+        timeout: float | None = None, heartbeat: float = 30) -> str:
+    """Run a command, logging its output lines at debug and, while it runs
+    (silent ones like go build too), a heartbeat at info every ``heartbeat``
+    seconds; raise BuildError with the output tail on failure or timeout."""
     log.debug("run: " + " ".join(cmd), extra={"phase": what})
-    t0 = last = time.monotonic()
+    t0 = time.monotonic()
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
-    assert p.stdout is not None
-    for line in p.stdout:
-        out.append(line)
-        log.debug(line.rstrip(), extra={"phase": what})
-        now = time.monotonic()
-        if now - last > 30:
-            log.info(f"still building ({now - t0:.0f}s)", extra={"phase": what})
-            last = now
-        if timeout and now - t0 > timeout:
-            p.kill()
-            raise BuildError(f"{what or cmd[0]}: timed out after {timeout:.0f}s")
-    rc = p.wait()
+
+    def reader() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            out.append(line)
+            log.debug(line.rstrip(), extra={"phase": what})
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    while True:
+        try:
+            rc = p.wait(timeout=heartbeat)
+            break
+        except subprocess.TimeoutExpired:
+            el = time.monotonic() - t0
+            if timeout and el > timeout:
+                p.kill()
+                p.wait()
+                raise BuildError(f"{what or cmd[0]}: timed out after {timeout:.0f}s:\n{''.join(out)[-4000:]}")
+            log.info(f"still running ({el:.0f}s)", extra={"phase": what, "elapsed": round(el)})
+    t.join(timeout=10)
     if rc != 0:
         raise BuildError(f"{what or ' '.join(cmd[:4])} failed (exit {rc}):\n{''.join(out)[-4000:]}")
     return "".join(out)

@@ -157,3 +157,24 @@ os._exit(0)
     assert any(name in d for d in deleted), deleted
     assert leftovers(dk, name) == []
     assert not dk.containers.list(all=True, filters={"label": f"{L_RUN}=dead-{name}"})
+
+
+@pytest.mark.parametrize("scope", ["shared", "worker"])
+def test_xdist_cluster_scope(dk, tmp_path, bare_config, scope):
+    """-n 2: shared scope gives both workers the same machines, worker scope
+    one cluster each; either way nothing is left after the run."""
+    cfg, cluster = bare_config
+    rc, out, mark = run_inner(tmp_path, cfg, "record", "-n", "2", "--cluster-scope", scope)
+    assert rc == 0, out
+    seen = {f.name: f.read_text().split() for f in mark.iterdir()}
+    assert sorted(seen) == ["gw0", "gw1"], out
+    assert all(len(names) == 2 for names in seen.values()), seen  # one control plane + one worker
+    if scope == "shared":
+        assert seen["gw0"] == seen["gw1"], seen
+        assert all(n.startswith(f"{cluster}-") for n in seen["gw0"]), seen
+    else:
+        assert not set(seen["gw0"]) & set(seen["gw1"]), seen
+        for w, names in seen.items():
+            assert all(n.startswith(f"{cluster}-{w}-") for n in names), seen
+    for suffix in ("", "-gw0", "-gw1"):
+        assert leftovers(dk, cluster + suffix) == [], out

@@ -4,6 +4,7 @@
   kube-harness down NAME [-n NAMESPACE]              # delete a cluster
   kube-harness list                                  # clusters and machines
   kube-harness reap                                  # remove leftovers of dead runs
+  kube-harness logs -c FILE [--name N] [--dir DIR]   # export machine logs (as `kind export logs`)
   kube-harness validate -c FILE                      # check a spec, create nothing
 """
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from pathlib import Path
 
 from providers import registry
 from providers.base import L_CLUSTER, L_NAMESPACE
 
 from . import artifacts, reaper
+from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import configure, log
 from .spec import SpecError, load
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     ls.add_argument("--provider", default="docker")
     rp = sub.add_parser("reap", help="delete objects of dead runs")
     rp.add_argument("--provider", default="docker")
+    lg = sub.add_parser("logs", help="export every machine's logs and a cluster dump")
+    lg.add_argument("-c", "--cluster-config", default="configs/default.yaml")
+    lg.add_argument("--name", default=None, help="cluster name (default: the spec's)")
+    lg.add_argument("--dir", default=None, help="where (default $ARTIFACTS, else ./_artifacts)")
     va = sub.add_parser("validate", help="validate a spec")
     va.add_argument("-c", "--cluster-config", required=True)
     a = p.parse_args(argv)
@@ -76,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows.setdefault(key, []).append(f"{o['kind']}:{o['name']}")
             for (ns, name), objs in sorted(rows.items()):
                 print(f"{ns}/{name}: {' '.join(sorted(objs))}")
+        elif a.cmd == "logs":
+            spec = load(a.cluster_config)
+            if a.name:
+                spec = spec.with_overrides(name=a.name)
+            prov = _provider(spec.provider, spec.provider_options)
+            if not prov.list_machines(spec.name, spec.namespace):
+                print(f"error: no machines of cluster {spec.namespace}/{spec.name}", file=sys.stderr)
+                return 1
+            cl = Cluster(spec, prov, reaper.current_owner("cli-logs"))
+            print(artifacts.collect(cl, Path(a.dir) if a.dir else None, reason="kube-harness logs"))
         elif a.cmd == "reap":
             deleted = reaper.reap(_provider(a.provider))
             print(f"reaped {len(deleted)} objects")

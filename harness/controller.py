@@ -78,7 +78,7 @@ class MachineController:
         cluster = Cluster(spec, self.provider, self.owner)
         if self.provider.list_machines(spec.name, spec.namespace):
             raise ProvisionError(f"cluster {spec.namespace}/{spec.name} already exists; use --reuse-cluster "
-                                 f"to reuse it or `kube-harness delete {spec.name} -n {spec.namespace}`")
+                                 f"to reuse it or `kube-harness down {spec.name} -n {spec.namespace}`")
         t0 = time.monotonic()
         try:
             with phase("image", cluster=spec.name, timings=cluster.timings):

@@ -115,6 +115,14 @@ def test_keep_cluster_then_cli_down(dk, tmp_path, bare_config):
         r = subprocess.run([sys.executable, "-m", "harness", "reap"], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 0, r.stderr
         assert leftovers(dk, cluster) == left
+        # logs of a kept cluster can be exported later, as `kind export logs`
+        r = subprocess.run([sys.executable, "-m", "harness", "logs", "-c", str(cfg), "--name", cluster,
+                            "--dir", str(tmp_path / "logs")], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        exported = Path(r.stdout.strip())
+        assert sorted(d.name for d in exported.iterdir() if d.is_dir()) == sorted(
+            x.split(":", 1)[1] for x in left if x.startswith("container:")), r.stdout
+        assert any(f.stat().st_size for d in exported.iterdir() if d.is_dir() for f in d.iterdir())
     finally:
         r = subprocess.run([sys.executable, "-m", "harness", "down", cluster], capture_output=True, text=True,
                            cwd=ROOT)

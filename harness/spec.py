@@ -149,6 +149,7 @@ def parse(doc: Any, source: str = "", providers: set[str] | None = None) -> Clus
     if pname not in providers:
         raise SpecError("spec.provider.name", pname, f"one of the registered providers {sorted(providers)}", source)
     popts = _get(prov, "options", "spec.provider.options", dict, {}, source)
+    _provider_options(pname, popts, source)
 
     net = _get(spec, "clusterNetwork", "spec.clusterNetwork", dict, {}, source)
     pods = _get(net, "pods", "spec.clusterNetwork.pods", str, "10.244.0.0/16", source)
@@ -213,6 +214,21 @@ def _labels(d: dict, path: str, source: str) -> dict[str, str]:
         if not isinstance(k, str) or not isinstance(v, str):
             raise SpecError(f"{path}.{k}", v, "string keys and string values", source)
     return dict(labels)
+
+
+def _provider_options(name: str, options: dict[str, Any], source: str) -> None:
+    from providers import registry
+    from providers.base import OptionError
+    try:
+        check = getattr(registry.factory(name), "validate_options", None)
+    except (KeyError, ImportError):
+        return  # a provider named by the caller's own list: nothing to check
+    if check is None:
+        return
+    try:
+        check(options)
+    except OptionError as e:
+        raise SpecError(f"spec.provider.options.{e.field}", e.value, e.allowed, source) from None
 
 
 def load(path: str | Path, providers: set[str] | None = None) -> ClusterSpec:

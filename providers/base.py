@@ -30,6 +30,14 @@ class ProviderError(RuntimeError):
     """A provider operation failed."""
 
 
+class OptionError(ValueError):
+    """A provider option has a bad value; ``field`` is its path under the options."""
+
+    def __init__(self, field: str, value: Any, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"invalid option {field}: {value!r}; allowed: {allowed}")
+
+
 class ExecError(ProviderError):
     def __init__(self, machine: str, cmd: Sequence[str], result: "ExecResult"):
         self.machine, self.cmd, self.result = machine, list(cmd), result
@@ -123,6 +131,12 @@ class MachineProvider(abc.ABC):
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.options = dict(options or {})
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Check ``spec.provider.options`` when the spec is loaded, before
+        anything is created: raise :class:`OptionError` naming the option and
+        what is allowed. The default accepts anything."""
 
     # infrastructure shared by a cluster's machines (network, load balancer)
     @abc.abstractmethod

@@ -31,14 +31,19 @@ def names() -> list[str]:
     return sorted(set(_registered) | set(_load_entry_points()) | set(_builtin()))
 
 
-def get(name: str, options: Mapping[str, Any] | None = None) -> MachineProvider:
+def factory(name: str) -> Callable[..., MachineProvider]:
+    """The provider's class (or factory) without instantiating it."""
     if name in _registered:
-        return _registered[name](options)
+        return _registered[name]
     eps = _load_entry_points()
     if name in eps:
-        return eps[name].load()(options)
+        return eps[name].load()
     if name in _builtin():
         mod, attr = _builtin()[name].split(":")
         import importlib
-        return getattr(importlib.import_module(mod), attr)(options)
+        return getattr(importlib.import_module(mod), attr)
     raise KeyError(f"unknown provider {name!r}; registered: {names()}")
+
+
+def get(name: str, options: Mapping[str, Any] | None = None) -> MachineProvider:
+    return factory(name)(options)

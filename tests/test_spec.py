@@ -69,6 +69,25 @@ def test_default_config_shape():
     ("spec.topology.replicas", 3, "spec.topology.replicas", "one of the fields"),
     ("spec.kubeadm", {"clusterConfig": {}}, "spec.kubeadm.clusterConfig", "clusterConfiguration"),
     ("apiVersion", "cluster.x-k8s.io/v1beta1", "apiVersion", "harness.k8s.io/v1alpha1"),
+    # the docker provider's own options
+    ("spec.provider.options", {"cgroupNS": "host"}, "spec.provider.options.cgroupNS", "docker provider's options"),
+    ("spec.provider.options", {"cgroupns": "hots"}, "spec.provider.options.cgroupns", "'private', 'host'"),
+    ("spec.provider.options", {"privileged": "yes"}, "spec.provider.options.privileged", "'auto', True, False"),
+    ("spec.provider.options", {"mtu": 100}, "spec.provider.options.mtu", "576 to 9216"),
+    ("spec.provider.options", {"subnet": "172.30.0.1/16"}, "spec.provider.options.subnet", "CIDR"),
+    ("spec.provider.options", {"memory": "lots"}, "spec.provider.options.memory", "2g"),
+    ("spec.provider.options", {"boot_timeout": True}, "spec.provider.options.boot_timeout", "number"),
+    ("spec.provider.options", {"extra_mounts": [{"host_path": "/no/such/dir", "container_path": "/x"}]},
+     "spec.provider.options.extra_mounts[0].host_path", "existing path"),
+    ("spec.provider.options", {"extra_mounts": [{"host_path": "/tmp", "container_path": "x"}]},
+     "spec.provider.options.extra_mounts[0].container_path", "absolute"),
+    ("spec.provider.options", {"extra_ports": [{"container_port": 70000}]},
+     "spec.provider.options.extra_ports[0].container_port", "1 to 65535"),
+    ("spec.provider.options", {"extra_ports": [{"container_port": 80, "protocol": "http"}]},
+     "spec.provider.options.extra_ports[0].protocol", "'tcp'"),
+    ("spec.provider.options", {"roles": {"workers": {}}}, "spec.provider.options.roles.workers", "control-plane"),
+    ("spec.provider.options", {"roles": {"worker": {"memroy": "2g"}}}, "spec.provider.options.roles.worker.memroy",
+     "docker provider's options"),
 ])
 def test_bad_field_is_named(path, value, field, allowed):
     with pytest.raises(SpecError) as ei:
@@ -78,6 +97,15 @@ def test_bad_field_is_named(path, value, field, allowed):
     assert allowed in e.allowed
     msg = str(e)
     assert field in msg and repr(e.value) in msg and "test.yaml" in msg
+
+
+def test_good_provider_options_pass():
+    opts = {"cgroupns": "host", "privileged": "auto", "mtu": 1400, "subnet": "172.30.0.0/16", "memory": "2g",
+            "cpus": 1.5, "env": {"A": "1"}, "extra_mounts": [{"hostPath": "/tmp", "containerPath": "/mnt",
+                                                              "propagation": "HostToContainer"}],
+            "extra_ports": [{"containerPort": 80, "hostPort": 0, "protocol": "UDP"}],
+            "roles": {"worker": {"memory": "1g"}}}
+    assert parse(mutate("spec.provider.options", opts), "t.yaml", PROVIDERS).provider_options == opts
 
 
 def test_duplicate_machine_deployment_names():

@@ -56,7 +56,8 @@ Provider options (``spec.provider.options``; they also arrive as
     entrypoint remounts the cgroup hierarchies read-write. ``true`` /
     ``false`` force either way.
 
-Unknown keys are ignored (the same dict also feeds the node image build).
+Options are checked when the spec is loaded (:mod:`providers.docker.options`):
+an unknown key or a bad value fails naming ``spec.provider.options.<key>``.
 """
 from __future__ import annotations
 
@@ -139,6 +140,11 @@ def _port_conflict(e: Exception) -> bool:
 
 class DockerProvider(MachineProvider):
     name = "docker"
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        from .options import validate
+        validate(options)
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         super().__init__(options)

@@ -3,6 +3,8 @@ ci/setup.sh builds everything first, so these tests exercise the cache and
 check the artifacts themselves."""
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import time
 
@@ -93,6 +95,32 @@ def test_node_image_is_cached_and_preloaded():
     ]).decode().split()
     assert out[0] == VERSION
     assert int(out[1]) > 7  # manifests, configs and layers of the preloaded images
+
+
+def test_release_binaries_feed_the_node_image(kube_dir, tmp_path, monkeypatch):
+    """Users with internet: official release binaries instead of the Go build.
+    A directory laid out like a release (kubernetes/server/bin) of real
+    binaries, named by $KUBE_HARNESS_RELEASE_DIR with {version}."""
+    bindir = tmp_path / VERSION / "kubernetes" / "server" / "bin"
+    bindir.mkdir(parents=True)
+    for c in kube.COMMANDS:
+        shutil.copy2(kube_dir / "bin" / c, bindir / c)
+    monkeypatch.setenv(kube.RELEASE_DIR_ENV, str(tmp_path / "{version}" / "kubernetes" / "server" / "bin"))
+    rel = kube.build_kubernetes(VERSION)
+    assert "-release-" in rel.name and rel != kube_dir
+    assert json.loads((rel / DONE).read_text())["source"] == "release"
+    tag = nodeimage.build_node_image(VERSION)
+    dk = docker.from_env()
+    try:
+        assert tag != nodeimage.node_image_tag(VERSION, nodeimage.base_image(), kube_dir, [])[0]
+        out = dk.containers.run(tag, entrypoint="kubeadm", command=["version", "-o", "short"], remove=True)
+        assert out.decode().strip() == VERSION
+    finally:
+        dk.images.remove(tag, force=True)
+    # a release directory of another version is refused, naming what it found
+    (tmp_path / "v1.33.13").symlink_to(tmp_path / VERSION)
+    with pytest.raises(BuildError, match=f"reports version '{VERSION}', expected v1.33.13"):
+        kube.build_kubernetes("v1.33.13")
 
 
 @pytest.mark.parametrize("bad", ["1.34.4", "v1.34", "latest", ""])

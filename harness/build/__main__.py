@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -15,14 +16,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
     ap.add_argument("--e2e", action="store_true", help="also build e2e.test, ginkgo and the e2e test images")
-    ap.add_argument("--release-dir", default=None, help="use official release binaries from this directory")
+    ap.add_argument("--release-dir", default=None,
+                    help="use official release binaries from this directory ({version} is replaced) instead of "
+                         "building; same as $KUBE_HARNESS_RELEASE_DIR")
     a = ap.parse_args(argv)
     configure()
     t0 = time.monotonic()
     try:
         version = a.version or kube.default_version()
-        kd = kube.build_kubernetes(version, source="release" if a.release_dir else "build",
-                                   release_dir=a.release_dir)
+        if a.release_dir:  # the node image and component images take the same binaries
+            os.environ[kube.RELEASE_DIR_ENV] = a.release_dir
+        kd = kube.build_kubernetes(version)
         print(f"kubernetes {version}: {kd / 'bin'}")
         if a.node_image:
             from .nodeimage import build_node_image

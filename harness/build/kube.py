@@ -93,16 +93,25 @@ def output_dir(version: str) -> Path:
     return cache_dir() / "kube" / f"{version}-{key[:12]}"
 
 
-def build_kubernetes(version: str | None = None, *, source: str = "build", release_dir: str | Path | None = None,
-                     force: bool = False) -> Path:
+RELEASE_DIR_ENV = "KUBE_HARNESS_RELEASE_DIR"
+
+
+def build_kubernetes(version: str | None = None, *, source: str | None = None,
+                     release_dir: str | Path | None = None, force: bool = False) -> Path:
     """Directory whose bin/ holds the Kubernetes commands of ``version``.
 
     ``source="release"`` takes official release binaries from ``release_dir``
-    (for users with internet) instead of building."""
+    (for users with internet) instead of building. Without ``source``,
+    $KUBE_HARNESS_RELEASE_DIR decides: set, it is the release directory
+    (``{version}`` in it is replaced, e.g. ``/dl/{version}/kubernetes/server/bin``),
+    so node images, upgrades and the suites all use release binaries."""
     version = default_version() if version is None else version
     check_version(version)
+    if source is None:
+        release_dir = release_dir or os.environ.get(RELEASE_DIR_ENV) or None
+        source = "release" if release_dir else "build"
     if source == "release":
-        return _from_release(version, Path(release_dir or ""))
+        return _from_release(version, Path(str(release_dir or "").replace("{version}", version)))
     if source != "build":
         raise BuildError(f"source {source!r}; allowed: build, release")
     out = output_dir(version)
@@ -141,16 +150,27 @@ def _from_release(version: str, release_dir: Path) -> Path:
     if not release_dir.is_dir():
         raise BuildError(f"release_dir {str(release_dir)!r}: not a directory; allowed: a directory with the "
                          f"official {version} binaries ({', '.join(COMMANDS)}), e.g. kubernetes/server/bin")
-    out = cache_dir() / "kube" / f"{version}-release-{digest(str(release_dir.resolve()))[:8]}"
-    (out / "bin").mkdir(parents=True, exist_ok=True)
-    for c in COMMANDS:
-        src = release_dir / c
-        if not src.is_file():
-            raise BuildError(f"release_dir {release_dir}: missing {c}")
-        shutil.copy2(src, out / "bin" / c)
-        os.chmod(out / "bin" / c, 0o755)
-    _verify(out / "bin", version)
-    mark_complete(out, {"version": version, "source": "release", "from": str(release_dir)})
+    missing = [c for c in COMMANDS if not (release_dir / c).is_file()]
+    if missing:
+        raise BuildError(f"release_dir {release_dir}: missing {', '.join(missing)}")
+    _verify(release_dir, version)
+    # keyed by the binaries' content: another copy of the same release is a cache hit
+    key = digest(*[release_dir / c for c in COMMANDS])
+    out = cache_dir() / "kube" / f"{version}-release-{key[:12]}"
+    if is_complete(out):
+        return out
+    with lock(f"kube-{out.name}"):
+        if is_complete(out):
+            return out
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "bin").mkdir(parents=True)
+        for c in COMMANDS:
+            shutil.copy2(release_dir / c, tmp / "bin" / c)
+            os.chmod(tmp / "bin" / c, 0o755)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        mark_complete(out, {"version": version, "source": "release", "from": str(release_dir)})
     return out
 
 

@@ -101,6 +101,9 @@ def test_release_binaries_feed_the_node_image(kube_dir, tmp_path, monkeypatch):
     """Users with internet: official release binaries instead of the Go build.
     A directory laid out like a release (kubernetes/server/bin) of real
     binaries, named by $KUBE_HARNESS_RELEASE_DIR with {version}."""
+    dk = docker.from_env()
+    components = images.build_component_images(VERSION, kube_dir)
+    ids = {t: dk.images.get(t).id for t in components}
     bindir = tmp_path / VERSION / "kubernetes" / "server" / "bin"
     bindir.mkdir(parents=True)
     for c in kube.COMMANDS:
@@ -110,8 +113,9 @@ def test_release_binaries_feed_the_node_image(kube_dir, tmp_path, monkeypatch):
     assert "-release-" in rel.name and rel != kube_dir
     assert json.loads((rel / DONE).read_text())["source"] == "release"
     tag = nodeimage.build_node_image(VERSION)
-    dk = docker.from_env()
     try:
+        # the same binaries from elsewhere: component images are cache hits, not rebuilt
+        assert {t: dk.images.get(t).id for t in components} == ids
         assert tag != nodeimage.node_image_tag(VERSION, nodeimage.base_image(), kube_dir, [])[0]
         out = dk.containers.run(tag, entrypoint="kubeadm", command=["version", "-o", "short"], remove=True)
         assert out.decode().strip() == VERSION

@@ -3,6 +3,7 @@ with streamed progress, tarballs and docker import."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -41,6 +42,22 @@ def digest(*parts: object) -> str:
         h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's content (memoized per path, size and mtime): images
+    built from the same binaries, wherever they came from, are cache hits."""
+    st = path.stat()
+    return _file_digest(str(path), st.st_size, st.st_mtime_ns)
 
 
 @contextlib.contextmanager

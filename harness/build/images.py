@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..progress import phase
 from . import components, kube
-from .cache import BuildError, cache_dir, digest, docker_import, image_fresh, lock, log, run, tar_add
+from .cache import BuildError, cache_dir, digest, docker_import, file_digest, image_fresh, lock, log, run, tar_add
 
 IPTABLES_PACKAGES = ("iptables", "conntrack", "kmod", "ipset", "ebtables")
 # Picks the iptables backend the node's kubelet uses, as upstream's iptables-wrapper does.
@@ -115,11 +115,11 @@ def build_component_images(version: str, kube_dir: Path | None = None) -> list[s
             ver = tag.rsplit(":", 1)[1]
             if name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
                 b = bindir / name
-                h = digest("cp-image-v1", tag, b.stat().st_size, b.stat().st_mtime_ns, kube_dir.name)
+                h = digest("cp-image-v2", tag, file_digest(b))
                 tags.append(_binary_image(tag, {f"usr/local/bin/{name}": b}, [f"/usr/local/bin/{name}"], h))
             elif name == "kube-proxy":
                 b = bindir / name
-                h = digest("kp-image-v1", tag, kube_dir.name, IPTABLES_WRAPPER, IPTABLES_PACKAGES)
+                h = digest("kp-image-v2", tag, file_digest(b), IPTABLES_WRAPPER, IPTABLES_PACKAGES)
                 tags.append(_kube_proxy_image(tag, b, h))
             elif name == "etcd":
                 etcd_dir = components.build_go_component("etcd", "v" + ver.split("-")[0])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..progress import phase
 from ..spec import VERSION_RE
-from .cache import ROOT, BuildError, cache_dir, digest, is_complete, lock, log, mark_complete, run
+from .cache import ROOT, BuildError, cache_dir, digest, file_digest, is_complete, lock, log, mark_complete, run
 
 KUBE_BUILD = ROOT / "ci" / "kube-build"
 COMMANDS = ("kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -155,7 +155,7 @@ def _from_release(version: str, release_dir: Path) -> Path:
         raise BuildError(f"release_dir {release_dir}: missing {', '.join(missing)}")
     _verify(release_dir, version)
     # keyed by the binaries' content: another copy of the same release is a cache hit
-    key = digest(*[release_dir / c for c in COMMANDS])
+    key = digest(*[file_digest(release_dir / c) for c in COMMANDS])
     out = cache_dir() / "kube" / f"{version}-release-{key[:12]}"
     if is_complete(out):
         return out

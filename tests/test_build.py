@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tarfile
 import time
+import uuid
 
 import docker
 import pytest
@@ -159,3 +161,26 @@ def test_silent_command_shows_progress_and_times_out(caplog):
 def test_failed_command_error_has_output_tail():
     with pytest.raises(BuildError, match=r"(?s)failed \(exit 3\).*boom"):
         cache.run(["sh", "-c", "echo boom; exit 3"], what="failing")
+
+
+def test_rebuilt_tag_leaves_no_dangling_image(tmp_path):
+    """A rebuild (new content under the same tag) removes the image it replaced."""
+    tag = f"kube-harness/test-rebuild:{uuid.uuid4().hex[:8]}"
+    dk = docker.from_env()
+    ids = []
+    try:
+        for content in (b"one", b"two"):
+            tar = tmp_path / "rootfs.tar"
+            with tarfile.open(tar, "w") as tf:
+                cache.tar_add(tf, "data", data=content)
+            cache.docker_import(tar, tag, content.decode())
+            ids.append(dk.images.get(tag).id)
+        assert ids[0] != ids[1]
+        with pytest.raises(docker.errors.ImageNotFound):
+            dk.images.get(ids[0])
+    finally:
+        for i in ids:
+            try:
+                dk.images.remove(i, force=True)
+            except docker.errors.ImageNotFound:
+                pass

@@ -139,8 +139,25 @@ def image_fresh(tag: str, h: str) -> bool:
     return labels is not None and labels.get(INPUT_HASH_LABEL) == h
 
 
+def image_id(tag: str) -> str | None:
+    p = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True)
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def replacing(tag: str) -> Iterator[None]:
+    """Around a rebuild of ``tag``: remove the image it named before, unless
+    something still uses it (docker refuses then), so rebuilds leave no
+    dangling images behind."""
+    old = image_id(tag)
+    yield
+    if old and old != image_id(tag):
+        subprocess.run(["docker", "image", "rm", old], capture_output=True)
+
+
 def docker_import(tar: Path, tag: str, h: str, changes: Iterable[str] = ()) -> None:
     cmd = ["docker", "import", "--change", f"LABEL {INPUT_HASH_LABEL}={h}"]
     for c in changes:
         cmd += ["--change", c]
-    run(cmd + [str(tar), tag], what=f"import {tag}")
+    with replacing(tag):
+        run(cmd + [str(tar), tag], what=f"import {tag}")

@@ -201,7 +201,8 @@ def docker_import(tar: Path, tag: str, labels: dict[str, str], changes: Iterable
         cmd += ["--change", c]
     for k, v in labels.items():
         cmd += ["--change", f"LABEL {k}={json.dumps(v)}"]
-    _run(cmd + [str(tar), tag], timeout=1800)
+    with _cache.replacing(tag):
+        _run(cmd + [str(tar), tag], timeout=1800)
 
 
 def docker_build(tag: str, dockerfile: str, files: dict[str, bytes | Path | tuple[bytes | Path, int]],
@@ -225,7 +226,8 @@ def docker_build(tag: str, dockerfile: str, files: dict[str, bytes | Path | tupl
         for k, v in labels.items():
             cmd += ["--label", f"{k}={v}"]
         env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-        _run(cmd + [str(ctx)], env=env, timeout=1800)
+        with _cache.replacing(tag):
+            _run(cmd + [str(ctx)], env=env, timeout=1800)
 
 
 # ------------------------------------------------------------------ build

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..progress import phase
 from . import components, kube
-from .cache import BuildError, cache_dir, digest, docker_import, file_digest, image_fresh, lock, log, run, tar_add
+from .cache import (BuildError, cache_dir, digest, docker_import, file_digest, image_fresh, lock, log, replacing,
+                    run, tar_add)
 
 IPTABLES_PACKAGES = ("iptables", "conntrack", "kmod", "ipset", "ebtables")
 # Picks the iptables backend the node's kubelet uses, as upstream's iptables-wrapper does.
@@ -98,8 +99,9 @@ def _kube_proxy_image(tag: str, binary: Path, h: str) -> str:
             "do ln -sf /usr/sbin/iptables-wrapper /usr/sbin/$t; done\n"
             'ENTRYPOINT ["/usr/local/bin/kube-proxy"]\n'
             f"LABEL harness.k8s.io/input-hash={h}\n")
-        run(["docker", "build", "--pull=false", "-q", "-t", tag, str(ctx)],
-            env={**os.environ, "DOCKER_BUILDKIT": "0"}, what=f"build {tag}")
+        with replacing(tag):
+            run(["docker", "build", "--pull=false", "-q", "-t", tag, str(ctx)],
+                env={**os.environ, "DOCKER_BUILDKIT": "0"}, what=f"build {tag}")
     log.info(f"built {tag}", extra={"phase": "images"})
     return tag
 

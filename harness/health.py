@@ -58,6 +58,13 @@ class HealthChecker:
     check: MachineHealthCheck = field(default_factory=MachineHealthCheck)
     remediated: list[Finding] = field(default_factory=list)
     _first_seen: dict[str, float] = field(default_factory=dict)
+    _warned: tuple = ()
+
+    def _warn_once(self, key: tuple, msg: str) -> None:
+        """A refusal is logged when the machines it is about change, not on every pass."""
+        if key != self._warned:
+            log.warning(msg, extra={"cluster": self.cluster.name, "phase": "health"})
+            self._warned = key
 
     def findings(self) -> list[Finding]:
         """Unhealthy machines and ghost Nodes, with the reason."""
@@ -93,11 +100,13 @@ class HealthChecker:
         found = self.findings()
         if not found:
             return []
-        total = max(len(self.cluster.machines()), 1)
+        # as CAPI's maxUnhealthy: out of every machine the check targets, the unhealthy ones included
+        ghosts = len([f for f in found if f.machine.state == "missing"])
+        total = max(len(self.cluster.machines()) + ghosts, 1)
         if len(found) / total > self.check.max_unhealthy:
-            log.warning(f"{len(found)} of {total} machines unhealthy (max {self.check.max_unhealthy:.0%}): "
-                        f"not remediating: {_names(found)}", extra={"cluster": self.cluster.name,
-                                                                    "phase": "health"})
+            self._warn_once(("max", *sorted(f.machine.name for f in found)),
+                            f"{len(found)} of {total} machines unhealthy (max {self.check.max_unhealthy:.0%}): "
+                            f"not remediating: {_names(found)}")
             return []
         cps = [f for f in found if f.machine.role == "control-plane"]
         allowed = [f for f in found if f.machine.role != "control-plane"]
@@ -108,9 +117,9 @@ class HealthChecker:
             if healthy >= cp_md.replicas // 2 + 1:
                 allowed.append(cps[0])  # one control plane at a time, as KCP
             else:
-                log.warning(f"control plane {cps[0].machine.name} unhealthy ({cps[0].reason}) but "
-                            f"{healthy} of {cp_md.replicas} members healthy: remediation would lose etcd quorum",
-                            extra={"cluster": self.cluster.name, "phase": "health"})
+                self._warn_once(("quorum", cps[0].machine.name),
+                                f"control plane {cps[0].machine.name} unhealthy ({cps[0].reason}) but {healthy} "
+                                f"of {cp_md.replicas} members healthy: remediation would lose etcd quorum")
         for f in allowed:
             log.info(f"remediating {f.machine.name}: {f.reason}",
                      extra={"cluster": self.cluster.name, "machine": f.machine.name, "phase": "remediate"})

@@ -33,9 +33,17 @@ def tag(client):
 
 def sh(client, image: str, script: str) -> str:
     """Run a shell script in a throwaway container of the image (no systemd)."""
-    out = client.containers.run(image, entrypoint=["/bin/bash", "-c", script], remove=True,
-                                stdout=True, stderr=True)
-    return out.decode()
+    # not run(remove=True): that keeps the anonymous volume of the image's VOLUME /var
+    c = client.containers.create(image, entrypoint=["/bin/bash", "-c", script])
+    try:
+        c.start()
+        rc = c.wait(timeout=120)["StatusCode"]
+        out = c.logs(stdout=True, stderr=True).decode()
+    finally:
+        c.remove(v=True, force=True)
+    if rc != 0:
+        raise AssertionError(f"exit {rc}: {out[-2000:]}")
+    return out
 
 
 def test_tag_is_content_hash(tag):

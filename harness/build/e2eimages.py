@@ -17,9 +17,9 @@ How each image is made:
   dig, iperf, busybox-static applets for wget/nslookup...) under agnhost,
   jessie-dnsutils, nautilus and kitten, as upstream's alpine agnhost has.
 * busybox: the busybox-static Debian package (``apt-get download`` +
-  ``dpkg-deb -x``) with every applet symlinked in /bin, and bash-static as
-  /bin/sh (Debian's busybox sh drops env vars like ``data-1`` that the
-  Secret/ConfigMap envFrom conformance specs print with ``sh -c env``);
+  ``dpkg-deb -x``) with every applet symlinked in /bin; /bin/sh runs ash,
+  or bash-static when env var names like ``data-1`` (Secret/ConfigMap
+  envFrom) must reach ``sh -c env`` (Debian's ash drops them);
   nonroot, nonewprivs and sample-apiserver are built on it.
 * nginx / nginx-new: Debian rootfs with nginx-light serving the default
   "Welcome to nginx!" page on :80 from /usr/share/nginx/html.
@@ -664,11 +664,12 @@ nogroup:x:65534:
 
 
 def _busybox_rootfs(deb: Path, out: Path, bash_deb: Path) -> None:
-    """busybox applets in /bin; /bin/sh is bash-static.  Debian's busybox sh
-    drops environment variables whose names are not shell identifiers
-    (e.g. ``data-1`` from a Secret/ConfigMap envFrom) before running a
-    command, and the conformance tests ``sh -c env`` expect to see them:
-    bash passes them through."""
+    """busybox applets in /bin; /bin/sh is a small static program
+    (``ci/busybox-sh/sh.c``) that runs busybox ash, as upstream's image does,
+    or bash-static when the environment holds names that are not shell
+    identifiers (e.g. ``data-1`` from a Secret/ConfigMap envFrom, which the
+    conformance specs print with ``sh -c env``): Debian's ash drops those,
+    upstream's passes them on."""
     with tempfile.TemporaryDirectory(prefix="kh-busybox-") as d:
         _run(["dpkg-deb", "-x", str(deb), d])
         _run(["dpkg-deb", "-x", str(bash_deb), d + "/bash"])
@@ -686,7 +687,7 @@ def _busybox_rootfs(deb: Path, out: Path, bash_deb: Path) -> None:
                 _tar_add(tf, dname, dir=True, mode=mode)
             _tar_add(tf, "bin/busybox", data=bb.read_bytes(), mode=0o755)
             _tar_add(tf, "bin/bash", data=bash.read_bytes(), mode=0o755)
-            _tar_add(tf, "bin/sh", link="bash")
+            _tar_add(tf, "bin/sh", data=_compile_static(BUSYBOX_SH, Path(d) / "sh"), mode=0o755)
             for a in applets:
                 _tar_add(tf, f"bin/{a}", link="busybox")
             _tar_add(tf, "etc/passwd", data=_PASSWD.encode())
@@ -697,9 +698,18 @@ def _busybox_rootfs(deb: Path, out: Path, bash_deb: Path) -> None:
         tmp.rename(out)
 
 
+BUSYBOX_SH = ROOT / "ci" / "busybox-sh" / "sh.c"
+
+
+def _compile_static(src: Path, out: Path) -> bytes:
+    _run(["gcc", "-Os", "-Wall", "-static", "-o", str(out), str(src)])
+    return out.read_bytes()
+
+
 def _r_busybox(b: Builder, ident: str, tag: str) -> str:
     deb, bash = b.deb("busybox-static"), b.deb("bash-static")
-    h = _h(RECIPE_VERSION, ident, tag, deb.name, bash.name, _src(_busybox_rootfs), _PASSWD, _GROUP)
+    h = _h(RECIPE_VERSION, ident, tag, deb.name, bash.name, _src(_busybox_rootfs), BUSYBOX_SH.read_text(),
+           _PASSWD, _GROUP)
     if b.fresh(tag, h):
         log.info(f"{tag}: up to date")
         b.hashes[ident] = h

@@ -55,6 +55,7 @@ UNIT_NAME = "kh-cni.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 IPAM_DIR = "/run/cni-ipam-state"
 MASQ_CHAIN = "KH-CNI-MASQ"
+SVC_CHAIN = "KH-CNI-SVC"
 AGENT_INTERVAL = 10
 
 
@@ -99,18 +100,19 @@ def desired_routes(self_name: str, nodes: Iterable[NodeNet]) -> list[tuple[str, 
     return sorted((n.pod_cidr, n.ip) for n in nodes if n.name != self_name and n.pod_cidr and n.ip)
 
 
-# The node-side sync. Arguments: NODE_NAME CLUSTER_POD_CIDR; stdin: the node
-# table. Prints what it changed. Exit 0 unless a command failed.
+# The node-side sync. Arguments: NODE_NAME CLUSTER_POD_CIDR [SERVICE_CIDR];
+# stdin: the node table. Prints what it changed. Exit 0 unless a command failed.
 # The conflist body is the same as conflist() (tests compare them).
 SYNC_SCRIPT = r"""#!/bin/bash
 # kh-cni-sync: make this node's CNI config, pod routes and masquerade rules
 # match the node table on stdin ("name podCIDR internalIP" lines, "-" = none).
 # Idempotent; written by kube-harness (harness/kubeadm/cni.py).
 set -o errexit -o nounset -o pipefail
-self=${1:?node name} cluster_cidr=${2:?cluster pod CIDR}
+self=${1:?node name} cluster_cidr=${2:?cluster pod CIDR} service_cidr=${3:-}
 conflist=${KH_CNI_CONFLIST:-@CONFLIST@}
 ipam_dir=${KH_CNI_IPAM_DIR:-@IPAM@}
 chain=@CHAIN@
+svc_chain=@SVC_CHAIN@
 table=$(cat)
 # one sync at a time (the harness and the node agent both run this)
 exec 9>"${KH_CNI_LOCK:-/run/kh-cni.lock}"
@@ -188,7 +190,29 @@ if ! iptables -t nat -C POSTROUTING -s "$cluster_cidr" -m comment --comment "kub
   iptables -t nat -A POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain"
   echo "masquerade $cluster_cidr"
 fi
+
+# Service IPs never leave the cluster: what kube-proxy did not DNAT (a port
+# no Service has) is rejected here, not sent to the host's network, which
+# may answer it (filter runs after kube-proxy's nat rules).
+if [[ -n "$service_cidr" ]]; then
+  rules=$(cat <<EOF
+*filter
+:$svc_chain - [0:0]
+-A $svc_chain -p tcp -m comment --comment "kube-harness cni: no such Service port" -j REJECT --reject-with tcp-reset
+-A $svc_chain -m comment --comment "kube-harness cni: no such Service port" -j REJECT
+COMMIT
+EOF
+)
+  iptables-restore --noflush <<<"$rules"
+  for hook in FORWARD OUTPUT; do
+    if ! iptables -C "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain" 2>/dev/null; then
+      iptables -A "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain"
+      echo "reject unserved $service_cidr ($hook)"
+    fi
+  done
+fi
 """.replace("@CONFLIST@", CONFLIST_PATH).replace("@IPAM@", IPAM_DIR).replace("@CHAIN@", MASQ_CHAIN) \
+   .replace("@SVC_CHAIN@", SVC_CHAIN) \
    .replace("@NETWORK@", NETWORK_NAME)
 
 # Node-local agent: the same sync every AGENT_INTERVAL seconds, with the node
@@ -212,7 +236,7 @@ while :; do
   if raw=$(api get nodes -o jsonpath="$jp" 2>/dev/null); then
     # empty fields become "-" for kh-cni-sync
     table=$(awk -F'|' 'NF {printf "%s %s %s\n", $1, ($2 != "" ? $2 : "-"), ($3 != "" ? $3 : "-")}' <<<"$raw")
-    out=$(@SYNC@ "$NODE_NAME" "$CLUSTER_POD_CIDR" <<<"$table" 2>&1) || echo "kh-cni-sync failed: $out"
+    out=$(@SYNC@ "$NODE_NAME" "$CLUSTER_POD_CIDR" "${SERVICE_CIDR:-}" <<<"$table" 2>&1) || echo "kh-cni-sync failed: $out"
     [[ -n "$out" ]] && echo "$out"
   fi
   sleep "${INTERVAL:-@INTERVAL@}"
@@ -238,8 +262,9 @@ INSTALL_VERSION = __import__("hashlib").sha256((SYNC_SCRIPT + AGENT_SCRIPT + UNI
 VERSION_PATH = "/etc/kube-harness/cni.version"
 
 
-def env_file(node_name: str, cluster_pod_cidr: str) -> str:
-    return f"NODE_NAME={shlex.quote(node_name)}\nCLUSTER_POD_CIDR={shlex.quote(cluster_pod_cidr)}\n"
+def env_file(node_name: str, cluster_pod_cidr: str, service_cidr: str = "") -> str:
+    out = f"NODE_NAME={shlex.quote(node_name)}\nCLUSTER_POD_CIDR={shlex.quote(cluster_pod_cidr)}\n"
+    return out + (f"SERVICE_CIDR={shlex.quote(service_cidr)}\n" if service_cidr else "")
 
 
 # ----------------------------------------------------------------- cluster
@@ -257,7 +282,7 @@ def install(cluster: "Cluster", machine: "Machine") -> None:
     p = cluster.provider
     p.copy_to(machine, SYNC_PATH, SYNC_SCRIPT.encode(), mode=0o755)
     p.copy_to(machine, AGENT_PATH, AGENT_SCRIPT.encode(), mode=0o755)
-    p.copy_to(machine, ENV_PATH, env_file(machine.name, cluster.spec.pod_cidr).encode())
+    p.copy_to(machine, ENV_PATH, env_file(machine.name, cluster.spec.pod_cidr, cluster.spec.service_cidr).encode())
     p.copy_to(machine, UNIT_PATH, UNIT.encode())
     p.exec(machine, ["bash", "-c", f"systemctl daemon-reload && systemctl enable {UNIT_NAME} >/dev/null 2>&1; "
                                    f"systemctl restart {UNIT_NAME}"], timeout=60)
@@ -310,12 +335,13 @@ def sync_machine(cluster: "Cluster", machine: "Machine", nodes: Iterable[NodeNet
     if token:
         cluster.provider.copy_to(machine, TOKEN_PATH, token.encode(), mode=0o600)
     r = cluster.provider.exec(machine, ["bash", "-c", f'[ "$(cat {VERSION_PATH} 2>/dev/null)" = {INSTALL_VERSION} ] '
-                                                      f'|| exit 127; exec {SYNC_PATH} "$0" "$1"',
-                                        machine.name, cluster.spec.pod_cidr],
+                                                      f'|| exit 127; exec {SYNC_PATH} "$0" "$1" "$2"',
+                                        machine.name, cluster.spec.pod_cidr, cluster.spec.service_cidr],
                               input=node_table(nodes).encode(), check=False, timeout=60)
     if r.exit_code == 127:
         install(cluster, machine)
-        r = cluster.provider.exec(machine, [SYNC_PATH, machine.name, cluster.spec.pod_cidr],
+        r = cluster.provider.exec(machine, [SYNC_PATH, machine.name, cluster.spec.pod_cidr,
+                                            cluster.spec.service_cidr],
                                   input=node_table(nodes).encode(), check=True, timeout=60)
     elif not r.ok:
         from providers.base import ExecError

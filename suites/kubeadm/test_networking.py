@@ -122,3 +122,17 @@ def test_kubernetes_api_from_pods(cluster, namespace, echo):
         if "OPEN" not in r.stdout:
             failures[node] = (r.stdout + r.stderr).strip()
     assert not failures, failures
+
+
+def test_unserved_service_port_is_refused(cluster, namespace, echo):
+    """A Service IP on a port no Service has is refused on the node (the
+    CNI's KH-CNI-SVC chain), never sent to the host's network, which may
+    answer it (conformance: Services ... same port and different protocols)."""
+    svc = cluster.core.read_namespaced_service(APP, namespace).spec.cluster_ip
+    failures = {}
+    for node, pod in sorted(echo.items()):
+        r = _in_pod(cluster, namespace, pod, f"{WGET} http://{svc}:81/ && echo ANSWERED; "
+                                             f"{WGET} http://{svc}:80/ >/dev/null && echo SERVED")
+        if "ANSWERED" in r.stdout or "SERVED" not in r.stdout:
+            failures[node] = (r.stdout + r.stderr).strip()
+    assert not failures, f"port 81 must be refused, port 80 served: {failures}"

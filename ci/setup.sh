@@ -5,41 +5,24 @@
 #   bash ci/setup.sh        what the main job needs (Kubernetes, node image)
 #   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
 #                           version the upgrade test starts from (what ci/test.sh runs)
-# Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z,
-# KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z the upgrade-from version.
+# Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z (default:
+# harness/versions.py's), KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z
+# the upgrade-from version (--all: the previous minor of harness/versions.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  --all) export KUBE_HARNESS_E2E=1 KUBE_HARNESS_UPGRADE_FROM="${KUBE_HARNESS_UPGRADE_FROM:-v1.33.13}" ;;
+  --all) export KUBE_HARNESS_E2E=1 KUBE_HARNESS_UPGRADE_FROM="${KUBE_HARNESS_UPGRADE_FROM:-previous}" ;;
   "") ;;
   *) echo "usage: bash ci/setup.sh [--all]" >&2; exit 2 ;;
 esac
-log() { echo "setup [$(date +%T)] $*" >&2; }
+. ci/lib.sh
 
-need_apt=()
-command -v dockerd >/dev/null || need_apt+=(docker.io)
-command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
-command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
-command -v git >/dev/null || need_apt+=(git)
-[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need_apt+=(debian-archive-keyring)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "installing ${need_apt[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
+# mmdebstrap builds rootfs tarballs; gcc/libc6-dev pause and runc; libseccomp-dev and
+# pkg-config runc's seccomp support
+apt_install mmdebstrap gcc libc6-dev git libseccomp-dev pkg-config debian-archive-keyring
 
-if ! docker info >/dev/null 2>&1; then
-  log "starting dockerd"
-  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
-    rm -f /var/run/docker.pid
-  fi
-  mkdir -p /var/log
-  nohup dockerd >/var/log/kube-harness-dockerd.log 2>&1 &
-  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { tail -50 /var/log/kube-harness-dockerd.log >&2; log "dockerd did not start"; exit 1; }
-fi
-log "docker $(docker version --format '{{.Server.Version}}') storage=$(docker info --format '{{.Driver}}') cgroup=$(docker info --format '{{.CgroupVersion}}')"
+# Docker Engine >= 23 (older ones refuse --privileged on this kind of host)
+bash ci/engine.sh
 
 # every node's kubelet and containerd need inotify instances (HA clusters exhaust the default 128)
 sysctl -q -w fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288 || log "warning: could not raise inotify limits"
@@ -57,7 +40,9 @@ if ! python3 -c "import harness.plugin, providers.docker" 2>/dev/null || [ pypro
 fi
 
 if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
-  args=(--version "${KUBE_HARNESS_VERSION:-v1.34.4}" --node-image)
+  version() { python3 -c "from harness import versions; print(versions.$1)"; }
+  [ "${KUBE_HARNESS_UPGRADE_FROM:-}" = previous ] && KUBE_HARNESS_UPGRADE_FROM=$(version PREVIOUS_VERSION)
+  args=(--version "${KUBE_HARNESS_VERSION:-$(version DEFAULT_VERSION)}" --node-image)
   [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && args+=(--e2e)
   log "building Kubernetes artifacts and node image (cached by version)"
   python3 -m harness.build "${args[@]}"

@@ -18,11 +18,8 @@ import yaml
 
 API_VERSION = "harness.k8s.io/v1alpha1"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-VERSION_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-# Oldest minor kubeadm in this harness bootstraps; newest that still runs on
-# a cgroup v1 host with containerd 1.6 (1.35 fails on cgroup v1 by default).
-MIN_MINOR, MAX_MINOR = 31, 34
-DEFAULT_VERSION = "v1.34.4"
+from . import versions
+from .versions import DEFAULT_VERSION, VERSION_RE  # noqa: F401 (re-exported)
 
 
 class SpecError(ValueError):
@@ -166,11 +163,9 @@ def parse(doc: Any, source: str = "", providers: set[str] | None = None) -> Clus
         if k not in KNOWN_TOPOLOGY_KEYS:
             raise SpecError(f"spec.topology.{k}", topo[k], f"one of the fields {sorted(KNOWN_TOPOLOGY_KEYS)}", source)
     version = _get(topo, "version", "spec.topology.version", str, DEFAULT_VERSION, source)
-    m = VERSION_RE.match(version)
-    if not m:
-        raise SpecError("spec.topology.version", version, "a Kubernetes release like v1.34.4 (vMAJOR.MINOR.PATCH)", source)
-    if int(m.group(1)) != 1 or not MIN_MINOR <= int(m.group(2)) <= MAX_MINOR:
-        raise SpecError("spec.topology.version", version, f"v1.{MIN_MINOR}.x to v1.{MAX_MINOR}.x", source)
+    why = versions.problem(version)
+    if why:
+        raise SpecError("spec.topology.version", version, why, source)
 
     cp = _get(topo, "controlPlane", "spec.topology.controlPlane", dict, {}, source)
     cpr = _get(cp, "replicas", "spec.topology.controlPlane.replicas", int, 1, source)

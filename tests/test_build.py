@@ -124,14 +124,14 @@ def test_release_binaries_feed_the_node_image(kube_dir, tmp_path, monkeypatch):
     finally:
         dk.images.remove(tag, force=True)
     # a release directory of another version is refused, naming what it found
-    (tmp_path / "v1.33.13").symlink_to(tmp_path / VERSION)
-    with pytest.raises(BuildError, match=f"reports version '{VERSION}', expected v1.33.13"):
-        kube.build_kubernetes("v1.33.13")
+    (tmp_path / "v1.36.3").symlink_to(tmp_path / VERSION)
+    with pytest.raises(BuildError, match=f"reports version '{VERSION}', expected v1.36.3"):
+        kube.build_kubernetes("v1.36.3")
 
 
-@pytest.mark.parametrize("bad", ["1.34.4", "v1.34", "latest", ""])
+@pytest.mark.parametrize("bad", ["1.37.2", "v1.37", "latest", "", "v1.34.4", "v1.38.0"])
 def test_bad_version_is_named(bad):
-    with pytest.raises(BuildError, match="invalid Kubernetes version"):
+    with pytest.raises(BuildError, match="invalid Kubernetes version .*v1.35.x, v1.36.x, v1.37.x"):
         kube.build_kubernetes(bad)
 
 

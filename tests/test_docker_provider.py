@@ -108,9 +108,18 @@ def test_machine_boots_systemd_and_containerd(provider, cluster, client):
     assert state == "running", f"failed units: {failed}"
     assert provider.exec(m, ["systemctl", "is-active", "containerd"]).stdout.strip() == "active"
     assert "Server:" in provider.exec(m, ["ctr", "version"]).stdout
+    # containerd 2 and runc built from the Go module proxy, not Debian's
+    from harness.build.runtime import RUNTIME_VERSIONS
+    assert f" {RUNTIME_VERSIONS['containerd']} " in provider.exec(m, ["containerd", "--version"]).stdout
+    assert RUNTIME_VERSIONS["runc"].lstrip("v") in provider.exec(m, ["runc", "--version"]).stdout
+    assert provider.exec(m, ["sh", "-c", "dpkg -l containerd runc 2>&1 | grep -c '^ii'"], check=False).stdout.strip() \
+        in ("", "0")
     assert provider.exec(m, ["hostname"]).stdout.strip() == m.name
-    # the container is what the spec asked for
+    # the container is what the spec asked for: really privileged, as kind's and CAPD's nodes
     info = client.api.inspect_container(m.name)
+    assert info["HostConfig"]["Privileged"] is True
+    host_bnd = next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapBnd:"))
+    assert provider.exec(m, ["grep", "CapBnd", "/proc/1/status"]).stdout.split()[1] == host_bnd
     labels = info["Config"]["Labels"]
     assert labels[L_CLUSTER] == cluster.name and labels[L_NAMESPACE] == NS and labels["test"] == "yes"
     assert labels[L_ROLE] == "control-plane" and labels[L_RUN] == cluster.owner.run_id
@@ -358,10 +367,18 @@ def test_machine_options(provider, cluster, tmp_path):
     assert provider.exec(m, ["sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep KH_TEST"]).stdout == "KH_TEST=1\n"
 
 
+def test_unprivileged_fallback_boots(provider, cluster, client):
+    """privileged: false, the documented fallback for engines that cannot run
+    privileged containers: every capability, no --privileged, still boots."""
+    m = cluster.machine("w-1", privileged=False)
+    assert client.api.inspect_container(m.name)["HostConfig"]["Privileged"] is False
+    assert provider.exec(m, ["systemctl", "is-active", "containerd"]).stdout.strip() == "active"
+
+
 def test_node_image_hook(provider, image):
-    assert provider.node_image("v1.34.4", image="example/node:v1.34.4") == "example/node:v1.34.4"
+    assert provider.node_image("v1.37.2", image="example/node:v1.37.2") == "example/node:v1.37.2"
     with pytest.raises(NotImplementedError, match="node image"):
-        provider.node_image("v1.34.4")
+        provider.node_image("v1.37.2")
     assert provider.node_image(None) == image  # machines only: the base image
 
 

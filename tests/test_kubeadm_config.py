@@ -12,6 +12,7 @@ import yaml
 
 from harness.kubeadm import config as kc
 from harness.spec import parse
+from harness.versions import DEFAULT_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,7 @@ def test_init_documents_and_order():
 def test_cluster_configuration_from_spec():
     s = spec(pods="10.100.0.0/16", services="10.200.0.0/20", serviceDomain="kh.test")
     cc = docs(s)["ClusterConfiguration"]
-    assert cc["kubernetesVersion"] == s.version == "v1.34.4"
+    assert cc["kubernetesVersion"] == s.version == DEFAULT_VERSION
     assert cc["clusterName"] == "kh"
     assert cc["controlPlaneEndpoint"] == "kh-lb:6443"
     assert cc["imageRepository"] == "registry.k8s.io"
@@ -95,7 +96,8 @@ def test_kubelet_and_proxy_container_settings():
     k = d["KubeletConfiguration"]
     assert k["cgroupDriver"] == "systemd"
     assert k["failSwapOn"] is False
-    assert k["failCgroupV1"] is False
+    assert "failCgroupV1" not in k  # cgroup v2: nothing special
+    assert docs(p=params(cgroup_v1=True))["KubeletConfiguration"]["failCgroupV1"] is False
     assert k["imageGCHighThresholdPercent"] == 100
     assert k["evictionHard"] == {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"}
     assert "cgroupRoot" not in k

@@ -46,7 +46,7 @@ def test_default_config_shape():
     assert s.control_plane.name == "kh-control-plane" and s.control_plane.role == "control-plane"
     assert [(w.name, w.replicas) for w in s.workers] == [("kh-md-0", 2)]
     assert s.machine_count == 3
-    assert s.minor == 34
+    assert s.minor == 37
 
 
 @pytest.mark.parametrize("path,value,field,allowed", [
@@ -57,8 +57,10 @@ def test_default_config_shape():
     ("spec.topology.workers.machineDeployments[0].replicas", 0,
      "spec.topology.workers.machineDeployments[0].replicas", ">= 1"),
     ("spec.topology.version", "1.34", "spec.topology.version", "vMAJOR.MINOR.PATCH"),
-    ("spec.topology.version", "v1.20.0", "spec.topology.version", "v1.31.x to v1.34.x"),
-    ("spec.topology.version", "v1.36.1", "spec.topology.version", "v1.31.x to v1.34.x"),
+    ("spec.topology.version", "v1.20.0", "spec.topology.version", "v1.35.x, v1.36.x, v1.37.x"),
+    ("spec.topology.version", "v1.34.4", "spec.topology.version", "v1.35.x, v1.36.x, v1.37.x"),
+    ("spec.topology.version", "v1.38.0", "spec.topology.version", "v1.35.x, v1.36.x, v1.37.x"),
+    ("spec.topology.version", "v2.37.0", "spec.topology.version", "v1.35.x, v1.36.x, v1.37.x"),
     ("metadata.name", "My_Cluster", "metadata.name", "DNS-1123"),
     ("metadata.namespace", "", "metadata.namespace", "DNS-1123"),
     ("spec.clusterNetwork.pods", "10.96.0.0/12", "spec.clusterNetwork.services", "does not overlap"),
@@ -136,8 +138,8 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 def test_overrides_revalidate():
     s = load(ROOT / "configs" / "default.yaml", PROVIDERS)
-    t = s.with_overrides(name="other", version="v1.33.6")
-    assert (t.name, t.version, t.control_plane.name) == ("other", "v1.33.6", "other-control-plane")
+    t = s.with_overrides(name="other", version="v1.36.1")
+    assert (t.name, t.version, t.control_plane.name) == ("other", "v1.36.1", "other-control-plane")
     assert s.name == "kh"  # original untouched
     with pytest.raises(SpecError, match="spec.topology.version"):
         s.with_overrides(version="latest")
@@ -159,4 +161,4 @@ def test_cli_validate_reports_field(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "harness", "validate", "-c", str(ROOT / "configs/default.yaml")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    assert "default/kh v1.34.4" in ok.stdout
+    assert "default/kh v1.37.2" in ok.stdout

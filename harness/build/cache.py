@@ -9,12 +9,13 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock
 
@@ -74,6 +75,31 @@ def is_complete(d: Path) -> bool:
 
 def mark_complete(d: Path, info: dict) -> None:
     (d / DONE).write_text(json.dumps({**info, "completed": time.time()}, indent=2))
+
+
+def produce(out: Path, build: Callable[[Path], dict], force: bool = False) -> Path:
+    """The cached output directory ``out``: when not complete yet,
+    ``build(tmp)`` fills a temporary sibling under a lock and returns the
+    info for the completion marker; the directory is renamed into place and
+    marked complete last, so a half-made build is never taken. ``force``
+    builds again even when complete."""
+    if is_complete(out) and not force:
+        return out
+    with lock(f"{out.parent.name}-{out.name}"):
+        if is_complete(out) and not force:
+            return out
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            info = build(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        mark_complete(out, info)
+    return out
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None, what: str = "",

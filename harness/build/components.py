@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from ..progress import phase
-from .cache import ROOT, BuildError, cache_dir, digest, is_complete, lock, log, mark_complete, run
+from .cache import ROOT, BuildError, cache_dir, digest, is_complete, lock, log, mark_complete, produce, run
 from .kube import go_env, go_version
 
 MODULES = {
@@ -60,22 +60,18 @@ def build_go_component(name: str, version: str) -> Path:
         raise BuildError(f"{name} version {version!r}; allowed: vMAJOR.MINOR.PATCH")
     mod = _module(name, version)
     key = digest(f"{name}-v1", version, mod / "go.mod", mod / "go.sum", go_version())
-    out = cache_dir() / name / f"{version}-{key[:12]}"
-    if is_complete(out):
-        return out
-    with lock(f"{name}-{out.name}"):
-        if is_complete(out):
-            return out
-        (out / "bin").mkdir(parents=True, exist_ok=True)
+
+    def build(tmp: Path) -> dict:
+        (tmp / "bin").mkdir()
         with phase(f"build-{name}", machine=version):
             bins = MODULES[name]["bins"]
             if mod != MODULES[name]["dir"]:
                 bins = dict(list(bins.items())[:1])
             for binary, pkg in bins.items():
-                run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "bin" / binary), pkg],
+                run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "bin" / binary), pkg],
                     cwd=mod, env=go_env(), what=f"go build {binary} {version}")
-        mark_complete(out, {"version": version})
-    return out
+        return {"version": version}
+    return produce(cache_dir() / name / f"{version}-{key[:12]}", build)
 
 
 def build_pause(kube_module_dir: Path, version: str) -> Path:

@@ -15,8 +15,9 @@ import subprocess
 from pathlib import Path
 
 from ..progress import phase
-from ..spec import VERSION_RE
-from .cache import ROOT, BuildError, cache_dir, digest, file_digest, is_complete, lock, log, mark_complete, run
+from .. import versions
+from .cache import (ROOT, BuildError, cache_dir, digest, file_digest, is_complete, lock, log, mark_complete,
+                    produce, run)
 
 KUBE_BUILD = ROOT / "ci" / "kube-build"
 COMMANDS = ("kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -25,6 +26,11 @@ BUILD_DATE = "2026-01-01T00:00:00Z"  # fixed: reproducible binaries
 
 
 def default_version() -> str:
+    return versions.DEFAULT_VERSION
+
+
+def pinned_version() -> str:
+    """The version ci/kube-build requires (tests check it is the default)."""
     m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", (KUBE_BUILD / "go.mod").read_text(), re.M)
     if not m:
         raise BuildError(f"{KUBE_BUILD}/go.mod does not require k8s.io/kubernetes")
@@ -32,10 +38,10 @@ def default_version() -> str:
 
 
 def check_version(version: str) -> tuple[int, int, int]:
-    m = VERSION_RE.match(version or "")
-    if not m:
-        raise BuildError(f"invalid Kubernetes version {version!r}; allowed: vMAJOR.MINOR.PATCH, e.g. v1.34.4")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    why = versions.problem(version)
+    if why:
+        raise BuildError(f"invalid Kubernetes version {version!r}; allowed: {why}")
+    return versions.parse(version)
 
 
 def ldflags(version: str) -> str:
@@ -64,7 +70,7 @@ def go_version() -> str:
 def module_dir(version: str) -> Path:
     """The Go module that builds ``version``: ci/kube-build or a generated one."""
     check_version(version)
-    if version == default_version():
+    if version == pinned_version():
         return KUBE_BUILD
     d = cache_dir() / "kube-src" / version
     if is_complete(d):
@@ -77,7 +83,8 @@ def module_dir(version: str) -> Path:
         if not staging:
             raise BuildError(f"k8s.io/kubernetes@{version}: no staging replaces found in its go.mod")
         _, minor, patch = check_version(version)
-        lines = ["module kubebuild", "", "go 1.24.0", "", f"require k8s.io/kubernetes {version}", "", "replace ("]
+        go = re.search(r"^go (\S+)", tmp.read_text(), re.M)
+        lines = ["module kubebuild", "", f"go {go.group(1) if go else '1.24.0'}", "", f"require k8s.io/kubernetes {version}", "", "replace ("]
         lines += [f"\t{m} => {m} v0.{minor}.{patch}" for m in staging] + [")", ""]
         (d / "go.mod").write_text("\n".join(lines))
         tools = [f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in COMMANDS]
@@ -119,21 +126,16 @@ def build_kubernetes(version: str | None = None, *, source: str | None = None,
         log.info(f"kubernetes {version}: cached at {out}", extra={"phase": "build-kubernetes"})
         return out
     mod = module_dir(version)
-    with lock(f"kube-{out.name}"):
-        if is_complete(out) and not force:
-            return out
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "bin").mkdir(parents=True)
+
+    def build(tmp: Path) -> dict:
+        (tmp / "bin").mkdir()
         with phase("build-kubernetes", machine=version):
             run(["go", "build", "-trimpath", "-ldflags", ldflags(version), "-o", str(tmp / "bin") + "/",
                  *[f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS]], cwd=mod, env=go_env(),
                 what=f"go build kubernetes {version}")
         _verify(tmp / "bin", version)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-        mark_complete(out, {"version": version, "source": "build"})
-    return out
+        return {"version": version, "source": "build"}
+    return produce(out, build, force)
 
 
 def _verify(bindir: Path, version: str) -> None:
@@ -156,22 +158,14 @@ def _from_release(version: str, release_dir: Path) -> Path:
     _verify(release_dir, version)
     # keyed by the binaries' content: another copy of the same release is a cache hit
     key = digest(*[file_digest(release_dir / c) for c in COMMANDS])
-    out = cache_dir() / "kube" / f"{version}-release-{key[:12]}"
-    if is_complete(out):
-        return out
-    with lock(f"kube-{out.name}"):
-        if is_complete(out):
-            return out
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "bin").mkdir(parents=True)
+
+    def copy(tmp: Path) -> dict:
+        (tmp / "bin").mkdir()
         for c in COMMANDS:
             shutil.copy2(release_dir / c, tmp / "bin" / c)
             os.chmod(tmp / "bin" / c, 0o755)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-        mark_complete(out, {"version": version, "source": "release", "from": str(release_dir)})
-    return out
+        return {"version": version, "source": "release", "from": str(release_dir)}
+    return produce(cache_dir() / "kube" / f"{version}-release-{key[:12]}", copy)
 
 
 def kubeadm_images(bindir: Path, version: str) -> dict[str, str]:

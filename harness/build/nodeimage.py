@@ -1,6 +1,7 @@
 """The Kubernetes node image: the provider's base image plus kubeadm,
-kubelet, kubectl and every image kubeadm needs preloaded into containerd
-(namespace k8s.io), as kind's pkg/build/nodeimage does.
+kubelet, kubectl, crictl (the same minor, :mod:`harness.versions`) and every
+image kubeadm needs preloaded into containerd (namespace k8s.io), as kind's
+pkg/build/nodeimage does.
 
 A build container runs from the base image with containerd only (no
 systemd), imports the saved images with ``--no-unpack`` (the CRI plugin
@@ -18,11 +19,12 @@ import uuid
 from pathlib import Path
 
 from ..progress import phase
-from . import images, kube
+from .. import versions
+from . import images, kube, runtime
 from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run
 
 REPOSITORY = "kube-harness/node"
-RECIPE = "node-v2"  # v2: containerd sandbox_image = the preloaded pause tag
+RECIPE = "node-v3"  # v3: containerd 2 (pinned_images.sandbox), crictl
 
 
 def base_image() -> str:
@@ -38,8 +40,9 @@ def _config(tag: str) -> dict:
     return json.loads(run(["docker", "image", "inspect", "--format", "{{json .Config}}", tag], what="inspect"))
 
 
-def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str]) -> tuple[str, str]:
-    h = digest(RECIPE, version, _image_id(base), kube_dir.name,
+def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str],
+                   crictl_dir: Path) -> tuple[str, str]:
+    h = digest(RECIPE, version, _image_id(base), kube_dir.name, crictl_dir.name,
                sorted(f"{t}@{_image_id(t)}" for t in image_tags))
     return f"{REPOSITORY}:{version}-{h[:12]}", h
 
@@ -70,18 +73,20 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
     pause = sandbox_image(components)
     tags = components + list(extra_images)
     base = base or base_image()
-    tag, h = node_image_tag(version, base, kube_dir, tags)
+    crictl_dir = runtime.build_crictl(versions.release(version).crictl)
+    tag, h = node_image_tag(version, base, kube_dir, tags, crictl_dir)
     if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
         log.info(f"node image {tag}: cached", extra={"phase": "node-image"})
         return tag
     with lock(f"node-{tag.split(':')[1]}"), phase("node-image", machine=version):
         if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
             return tag
-        _build(tag, h, base, kube_dir, tags, version, pause)
+        _build(tag, h, base, kube_dir, crictl_dir, tags, version, pause)
     return tag
 
 
-def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version: str, pause: str) -> None:
+def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: list[str], version: str,
+           pause: str) -> None:
     name = f"kh-nodeimage-build-{uuid.uuid4().hex[:6]}"
     cfg = _config(base)
     if "/var" in (cfg.get("Volumes") or {}):
@@ -91,14 +96,10 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, tags: list[str], version
     try:
         for b in ("kubeadm", "kubelet", "kubectl"):
             run(["docker", "cp", str(kube_dir / "bin" / b), f"{name}:/usr/bin/{b}"], what=f"copy {b}")
+        run(["docker", "cp", str(crictl_dir / "bin" / "crictl"), f"{name}:/usr/local/bin/crictl"], what="copy crictl")
         # containerd's CRI sandbox image must be the pause tag kubeadm of *this* version lists
-        # (e.g. 3.10 for v1.33, 3.10.1 for v1.34), not the base image's default, or every pod
-        # sandbox would try to pull it
-        run(["docker", "exec", name, "sh", "-c",
-             f"if [ -x /usr/local/bin/kh-sandbox-image.sh ]; then /usr/local/bin/kh-sandbox-image.sh {pause}; "
-             f"else sed -i -E 's|^([[:space:]]*sandbox_image[[:space:]]*=).*|\\1 \"{pause}\"|' "
-             f"/etc/containerd/config.toml; fi && grep -q 'sandbox_image = \"{pause}\"' /etc/containerd/config.toml"],
-            what="set sandbox image")
+        # (e.g. 3.10.1 for v1.35, 3.10.2 for v1.36), or every pod sandbox would try to pull it
+        run(["docker", "exec", name, "/usr/local/bin/kh-sandbox-image.sh", pause], what="set sandbox image")
         run(["docker", "exec", name, "sh", "-c",
              f"mkdir -p /etc/kube-harness && echo {version} > /etc/kube-harness/version && "
              "mkdir -p /var/lib/containerd /run/containerd && "

@@ -15,17 +15,8 @@ Implements the controller's ``Bootstrapper`` protocol (``image``, ``init``,
 * ``remove``: drain, ``kubeadm reset`` on control planes (leaves etcd),
   delete the Node.
 
-Preflight: kubeadm runs with ``--ignore-preflight-errors=all`` (as kinder
-does) rather than ``--skip-phases=preflight`` (as kind does). In a node
-container some checks fail for reasons that do not matter there (swap of
-the host, SystemVerification unable to read the kernel config or
-complaining about cgroup v1, bridge-nf-call-iptables without br_netfilter
-in the container's view), so errors cannot fail the run; but running the
-phase still prints every finding as a warning in the kubeadm output we
-log, which is what one wants when a run fails later (e.g. "image ... not
-present" for an image the node image forgot to preload: nodeRegistration
-``imagePullPolicy: Never`` turns the preflight pull into that check instead
-of a pull from a registry that cannot be reached).
+Preflight runs, ignoring only the checks that fail in any node container
+and, on a cgroup v1 host, SystemVerification (:mod:`.preflight`).
 
 Bootstrap values (token, certificate key, endpoint, CA hash) are kept in
 ``<cluster.state_dir>/kubeadm.json`` so another process (an xdist worker, a
@@ -50,7 +41,7 @@ from harness.cluster import Cluster
 from harness.progress import phase
 from providers.base import ExecResult, Machine
 
-from . import cni
+from . import cni, preflight
 from . import config as kconfig
 
 log = logging.getLogger("harness.kubeadm")
@@ -60,7 +51,6 @@ LOG_DIR = "/var/log/kube-harness"
 INIT_CONFIG = f"{REMOTE_DIR}/kubeadm-init.yaml"
 JOIN_CONFIG = f"{REMOTE_DIR}/kubeadm-join.yaml"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
-PREFLIGHT_ARGS = ("--ignore-preflight-errors=all",)
 #: uploaded certs are deleted by kubeadm after 2h; re-upload when older than this
 CERTS_MAX_AGE = 3600
 TOKEN_TTL = "24h0m0s"
@@ -153,10 +143,11 @@ class KubeadmBootstrapper:
             host, hport = p.host_endpoint(endpoint_machine, kconfig.API_PORT)
             sans = [s for s in (endpoint_machine.name, endpoint_machine.ip, host) if s]
             cgroup_root = self._cgroup_root(cluster, machine)
+            cgroup_v1 = self._cgroup_v1(cluster, machine)
             params = kconfig.Params(
                 control_plane_endpoint=f"{endpoint_machine.name}:{kconfig.API_PORT}",
                 token=kconfig.new_token(), certificate_key=kconfig.new_certificate_key(),
-                cert_sans=tuple(sans), cgroup_root=cgroup_root)
+                cert_sans=tuple(sans), cgroup_root=cgroup_root, cgroup_v1=cgroup_v1)
             text = kconfig.init_config(spec, params, self._node(cluster, machine))
             p.copy_to(machine, INIT_CONFIG, text.encode(), mode=0o600)
             log.debug(f"kubeadm init config:\n{_redact(text)}", extra={"cluster": cluster.name,
@@ -164,13 +155,14 @@ class KubeadmBootstrapper:
             cni.install(cluster, machine)
         with phase("kubeadm-init", cluster=cluster.name, machine=machine.name):
             self._kubeadm(cluster, machine, ["init", f"--config={INIT_CONFIG}", "--upload-certs",
-                                             "--skip-token-print", *PREFLIGHT_ARGS, f"--v={self.verbosity}"],
+                                             "--skip-token-print", *preflight.args(cgroup_v1),
+                                             f"--v={self.verbosity}"],
                           "init", self.init_timeout)
         ca = p.copy_from(machine, "/etc/kubernetes/pki/ca.crt")
         state = {"controlPlaneEndpoint": params.control_plane_endpoint, "token": params.token,
                  "certificateKey": params.certificate_key, "certsUploaded": time.time(),
                  "caCertHashes": [kconfig.ca_cert_hash(ca)], "certSANs": list(params.cert_sans),
-                 "cgroupRoot": cgroup_root, "initMachine": machine.name,
+                 "cgroupRoot": cgroup_root, "cgroupV1": cgroup_v1, "initMachine": machine.name,
                  "loadBalancer": lb.name if lb else None}
         self._save_state(cluster, state)
         with phase("kubeconfig", cluster=cluster.name):
@@ -198,6 +190,12 @@ class KubeadmBootstrapper:
             "for h in $(findmnt -rn -o TARGET -t cgroup); do [ -d \"$h/kubelet.slice\" ]; done")
         r = cluster.provider.exec(m, ["bash", "-c", script], check=False, timeout=30)
         return "/kubelet" if r.ok else None
+
+    def _cgroup_v1(self, cluster: Cluster, m: Machine) -> bool:
+        v1 = not cluster.provider.exec(m, preflight.CGROUP_V2_TEST, check=False, timeout=30).ok
+        if v1:
+            preflight.warn_cgroup_v1(cluster.name)
+        return v1
 
     def _write_kubeconfig(self, cluster: Cluster, cp: Machine, hostport: tuple[str, int]) -> None:
         raw = cluster.provider.copy_from(cp, ADMIN_CONF)
@@ -258,7 +256,7 @@ class KubeadmBootstrapper:
             text = kconfig.join_config(cluster.spec, params, self._node(cluster, m))
             cluster.provider.copy_to(m, JOIN_CONFIG, text.encode(), mode=0o600)
             cni.install(cluster, m)
-            self._kubeadm(cluster, m, ["join", f"--config={JOIN_CONFIG}", *PREFLIGHT_ARGS,
+            self._kubeadm(cluster, m, ["join", f"--config={JOIN_CONFIG}", *preflight.args(params.cgroup_v1),
                                        f"--v={self.verbosity}"], "join", self.join_timeout)
 
     def _params(self, cluster: Cluster) -> kconfig.Params:
@@ -276,7 +274,7 @@ class KubeadmBootstrapper:
                               certificate_key=st.get("certificateKey") or kconfig.new_certificate_key(),
                               cert_sans=tuple(st.get("certSANs") or ()),
                               ca_cert_hashes=tuple(st.get("caCertHashes") or ()),
-                              cgroup_root=st.get("cgroupRoot"))
+                              cgroup_root=st.get("cgroupRoot"), cgroup_v1=bool(st.get("cgroupV1")))
 
     def _ensure_certs(self, cluster: Cluster, params: kconfig.Params, exclude: set[str]) -> kconfig.Params:
         """Re-upload the control-plane certs (kubeadm deletes them after 2h)."""
@@ -332,7 +330,8 @@ class KubeadmBootstrapper:
               "certificateKey": kconfig.new_certificate_key(), "certsUploaded": 0,
               "caCertHashes": [kconfig.ca_cert_hash(cluster.provider.copy_from(cp, "/etc/kubernetes/pki/ca.crt"))],
               "certSANs": list((cc.get("apiServer") or {}).get("certSANs") or []),
-              "cgroupRoot": kcfg.get("cgroupRoot"), "initMachine": cp.name,
+              "cgroupRoot": kcfg.get("cgroupRoot"), "cgroupV1": kcfg.get("failCgroupV1") is False,
+              "initMachine": cp.name,
               "loadBalancer": lb.name if lb else None}
         self._save_state(cluster, st)
         return st

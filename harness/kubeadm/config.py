@@ -10,7 +10,7 @@ The settings for nodes that are containers follow kind's config template
 
 * kubelet ``cgroupDriver: systemd`` (containerd's runc uses SystemdCgroup),
   ``failSwapOn: false`` (the host may have swap), ``failCgroupV1: false``
-  (this harness runs on cgroup v1 hosts; 1.35 refuses them by default),
+  only on a cgroup v1 host (1.35+ refuses cgroup v1 by default),
   ``imageGCHighThresholdPercent: 100`` and ``evictionHard`` with 0%
   nodefs/imagefs thresholds: the kubelet sees the host's disk and would
   otherwise evict pods / delete preloaded images when the *host* disk fills;
@@ -92,6 +92,7 @@ class Params:
     cert_sans: tuple[str, ...] = ()  # extra apiserver SANs (LB address, host addresses)
     ca_cert_hashes: tuple[str, ...] = ()  # "sha256:<hex>"; empty: unsafeSkipCAVerification
     cgroup_root: str | None = None  # kubelet cgroupRoot (e.g. /kubelet) when the node prepared one
+    cgroup_v1: bool = False  # the nodes see cgroup v1: the kubelet must be told to run anyway
     kube_proxy_mode: str = "iptables"
     image_pull_policy: str = "Never"  # every image is preloaded: kubeadm must never pull
 
@@ -281,7 +282,6 @@ def init_documents(spec: ClusterSpec, params: Params, node: Node) -> list[dict[s
         "kind": "KubeletConfiguration",
         "cgroupDriver": "systemd",
         "failSwapOn": False,
-        "failCgroupV1": False,
         # the kubelet sees the host's disk: do not garbage-collect the
         # preloaded images or evict pods when the *host* fills up (as kind)
         "imageGCHighThresholdPercent": 100,
@@ -291,6 +291,8 @@ def init_documents(spec: ClusterSpec, params: Params, node: Node) -> list[dict[s
             "imagefs.available": "0%",
         },
     }
+    if params.cgroup_v1:
+        kubelet["failCgroupV1"] = False
     if params.cgroup_root:
         kubelet["cgroupRoot"] = params.cgroup_root
     proxy: dict[str, Any] = {

@@ -10,8 +10,9 @@ from ..build import images, kube
 from ..cluster import Cluster
 from ..images_load import load_images
 from ..progress import phase
-from ..spec import VERSION_RE
+from ..versions import VERSION_RE
 from ..waits import node_ready, until
+from . import preflight
 
 log = logging.getLogger("harness.upgrade")
 
@@ -49,15 +50,15 @@ def upgrade(cluster: Cluster, target: str, timeout: float = 900) -> None:
         for m in cps + workers:
             _install(cluster, m, bindir, ["kubeadm"])
     first, others = cps[0], cps[1:]
+    pf = preflight.args(not cluster.exec(first, preflight.CGROUP_V2_TEST, check=False).ok)
     with phase("upgrade-apply", cluster=cluster.name, machine=first.name):
-        r = cluster.exec(first, ["kubeadm", "upgrade", "apply", "-y", target, "--ignore-preflight-errors=all",
-                                 "--v=1"], check=False, timeout=timeout)
+        r = cluster.exec(first, ["kubeadm", "upgrade", "apply", "-y", target, *pf, "--v=1"], check=False,
+                         timeout=timeout)
         if not r.ok:
             raise UpgradeError(f"kubeadm upgrade apply {target} on {first.name} failed:\n{(r.stdout + r.stderr)[-4000:]}")
     for m in others + workers:
         with phase("upgrade-node", cluster=cluster.name, machine=m.name):
-            r = cluster.exec(m, ["kubeadm", "upgrade", "node", "--ignore-preflight-errors=all"], check=False,
-                             timeout=timeout)
+            r = cluster.exec(m, ["kubeadm", "upgrade", "node", *pf], check=False, timeout=timeout)
             if not r.ok:
                 raise UpgradeError(f"kubeadm upgrade node on {m.name} failed:\n{(r.stdout + r.stderr)[-4000:]}")
     for m in cps + workers:

@@ -49,12 +49,13 @@ Provider options (``spec.provider.options``; they also arrive as
 ``lb_image``
     image of the load balancer container (default: the base image).
 ``privileged``
-    ``"auto"`` (default): ``--privileged`` unless this host's root lacks
-    capabilities (then --privileged cannot start at all): in that case
-    nodes get every capability the host has, unconfined seccomp/apparmor
-    and system paths, access to all devices and /dev/kmsg, and the
-    entrypoint remounts the cgroup hierarchies read-write. ``true`` /
-    ``false`` force either way.
+    ``"auto"`` (default): ``--privileged``, as kind and CAPD. Only a Docker
+    engine older than 23 on a host whose root lacks capabilities cannot
+    start privileged containers at all (it asks runc for every capability;
+    23+ grants the daemon's bounding set); there, as a fallback, nodes get
+    every capability the host has, unconfined seccomp/apparmor and system
+    paths, access to all devices and /dev/kmsg, and the entrypoint remounts
+    the cgroup hierarchies read-write. ``true`` / ``false`` force either way.
 
 Options are checked when the spec is loaded (:mod:`providers.docker.options`):
 an unknown key or a bad value fails naming ``spec.provider.options.<key>``.
@@ -149,6 +150,7 @@ class DockerProvider(MachineProvider):
     def __init__(self, options: Mapping[str, Any] | None = None):
         super().__init__(options)
         self._client: docker.DockerClient | None = None
+        self._engine_version: str | None = None
 
     # ------------------------------------------------------------------ client
     @property
@@ -259,6 +261,10 @@ class DockerProvider(MachineProvider):
         volumes: dict[str, dict] = {vol: {"bind": "/var", "mode": "rw"}}
         if os.path.isdir("/lib/modules"):
             volumes["/lib/modules"] = {"bind": "/lib/modules", "mode": "ro"}
+        # kubeadm's SystemVerification reads the kernel config: /proc/config.gz or this file
+        kconfig = f"/boot/config-{os.uname().release}"
+        if self._local_engine() and os.path.isfile(kconfig) and not os.path.exists("/proc/config.gz"):
+            volumes[kconfig] = {"bind": kconfig, "mode": "ro"}
         for m in opts.get("extra_mounts") or []:
             hp = os.path.abspath(m.get("host_path") or m.get("hostPath"))
             cp = m.get("container_path") or m.get("containerPath")
@@ -307,7 +313,7 @@ class DockerProvider(MachineProvider):
         """Host config for a node: --privileged, or its emulation where the
         host cannot grant every capability (see ``privileged`` option)."""
         mode = opts.get("privileged", "auto")
-        missing = missing_capabilities() if self._local_engine() else []
+        missing = missing_capabilities() if self._local_engine() and self._engine_major() < 23 else []
         if mode is True or mode == "true" or (mode == "auto" and not missing):
             return {"privileged": True, "security_opt": ["seccomp=unconfined", "apparmor=unconfined"]}, {}
         devices = [f"{d}:{d}:rwm" for d in ("/dev/kmsg", "/dev/fuse", "/dev/net/tun") if os.path.exists(d)]
@@ -599,6 +605,14 @@ class DockerProvider(MachineProvider):
 
     def _local_engine(self) -> bool:
         return self.api.base_url.startswith("http+docker://localhost")
+
+    def _engine_major(self) -> int:
+        if self._engine_version is None:
+            self._engine_version = str(self.api.version().get("Version", "0"))
+        try:
+            return int(self._engine_version.split(".")[0])
+        except ValueError:
+            return 0
 
     # --------------------------------------------------------------- files
     def _on_tmpfs(self, machine: Machine, path: str) -> bool:

@@ -1,4 +1,4 @@
-"""kubeadm upgrade by one minor version (e.g. v1.33 -> v1.34) of a real cluster."""
+"""kubeadm upgrade by one minor version (v1.36.3 -> v1.37.2 by default) of a real cluster."""
 from __future__ import annotations
 
 import os
@@ -7,18 +7,19 @@ import pytest
 from kubernetes import client
 
 from harness.kubeadm.upgrade import UpgradeError, check_skew, upgrade
+from harness.versions import PREVIOUS_VERSION
 from harness.waits import nodes_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.lifecycle, pytest.mark.slow]
-UPGRADE_FROM = os.environ.get("KUBE_HARNESS_UPGRADE_FROM", "v1.33.13")
+UPGRADE_FROM = os.environ.get("KUBE_HARNESS_UPGRADE_FROM", PREVIOUS_VERSION)
 
 
 def test_skew_rules():
-    check_skew("v1.33.13", "v1.34.4")
-    check_skew("v1.34.1", "v1.34.4")
-    for bad in ("v1.36.0", "v1.33.1", "v1.34.4", "latest"):  # two minors, downgrade, same, junk
+    check_skew("v1.36.3", "v1.37.2")
+    check_skew("v1.37.1", "v1.37.2")
+    for bad in ("v1.39.0", "v1.36.1", "v1.37.2", "latest"):  # two minors, downgrade, same, junk
         with pytest.raises(UpgradeError, match="allowed"):
-            check_skew("v1.34.4", bad)
+            check_skew("v1.37.2", bad)
 
 
 def test_upgrade_one_minor(cluster_factory, cluster_spec):

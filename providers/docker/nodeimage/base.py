@@ -15,9 +15,12 @@ a no-op. The rootfs tarball is cached under ``$KUBE_HARNESS_CACHE/base/``
 seconds; downloaded .debs are kept there too so that a changed recipe does
 not download everything again.
 
-The image contains no Kubernetes binaries: a node image build adds
-``/usr/bin/kubelet``, ``kubeadm``, ``kubectl`` (and e.g. ``crictl``) on top
-and preloads images into containerd. Note that the image declares
+The container runtime is not Debian's: containerd 2, runc and the CNI
+plugins are built from the Go module proxy at pinned versions
+(:mod:`harness.build.runtime`) and copied into the rootfs; their content is
+part of the hash. The image contains no Kubernetes binaries: a node image
+build adds ``/usr/bin/kubelet``, ``kubeadm``, ``kubectl`` and ``crictl`` on
+top and preloads images into containerd. Note that the image declares
 ``VOLUME /var``: content a derived image wants under ``/var`` must be in the
 imported/copied filesystem, not written by ``RUN`` steps after the VOLUME.
 """
@@ -42,20 +45,20 @@ from typing import Callable, Iterable
 log = logging.getLogger("harness.nodeimage")
 
 #: bump to force a rebuild when the build logic (not its inputs) changes
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"  # 2: containerd 2 / runc / CNI plugins built from Go modules
 REPOSITORY = "kube-harness/base"
 SUITE = "bookworm"
 VARIANT = "minbase"
 #: sandbox (pause) image written into containerd's config.toml; a node image
 #: build may change it with ``/usr/local/bin/kh-sandbox-image.sh <image>``
-# (pause 3.10.1 is what kubeadm v1.34, the harness's default version, expects)
-DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
+# (pause 3.10.2 is what kubeadm v1.37, the harness's default version, expects)
+DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.2"
 
 PACKAGES: tuple[str, ...] = (
     # init system inside the container
     "systemd", "systemd-sysv", "dbus",
-    # container runtime for the kubelet
-    "containerd", "runc", "containernetworking-plugins", "libseccomp2", "pigz",
+    # what the container runtime (built from Go modules, see runtime_files) uses
+    "libseccomp2", "pigz",
     # what kubeadm preflight and the kubelet exec on the node
     "iptables", "conntrack", "ebtables", "ethtool", "socat", "iproute2", "kmod",
     "util-linux", "mount", "procps", "netbase", "hostname", "ca-certificates", "bash", "coreutils",
@@ -125,6 +128,19 @@ def apt_sources() -> list[Path]:
     return [p for p in out if p.read_text().strip()]
 
 
+def runtime_files() -> dict[str, Path]:
+    """rootfs path -> built binary: containerd, ctr, the runc shim, runc
+    (/usr/local/bin) and the CNI plugins (/opt/cni/bin)."""
+    from harness.build import runtime
+    dirs = runtime.build_runtime()
+    files = {f"usr/local/bin/{b}": dirs["containerd"] / "bin" / b
+             for b in ("containerd", "ctr", "containerd-shim-runc-v2")}
+    files["usr/local/bin/runc"] = dirs["runc"] / "bin" / "runc"
+    for p in sorted((dirs["cni-plugins"] / "bin").iterdir()):
+        files[f"opt/cni/bin/{p.name}"] = p
+    return files
+
+
 def _iter_files(root: Path) -> Iterable[Path]:
     for p in sorted(root.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
@@ -141,9 +157,12 @@ def _hasher():
     return h, add
 
 
-def rootfs_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE) -> str:
+def rootfs_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, runtime: dict[str, Path] | None = None) -> str:
     """sha256 over what goes into the rootfs tarball (hex)."""
+    from harness.build.cache import file_digest
     h, add = _hasher()
+    for dest, src in sorted((runtime if runtime is not None else runtime_files()).items()):
+        add("runtime", f"{dest}={file_digest(src)}")
     add("version", BUILD_VERSION)
     add("suite", SUITE)
     add("variant", VARIANT)
@@ -158,17 +177,19 @@ def rootfs_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE) -> str:
     return h.hexdigest()
 
 
-def content_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True) -> str:
+def content_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True,
+                 runtime: dict[str, Path] | None = None) -> str:
     """sha256 over every build input: the rootfs and the image config (hex)."""
     h, add = _hasher()
-    add("rootfs", rootfs_hash(sandbox_image))
+    add("rootfs", rootfs_hash(sandbox_image, runtime))
     add("changes", "\n".join(import_changes(volume_var)))
     add("stopsignal", STOP_SIGNAL)
     return h.hexdigest()
 
 
-def image_tag(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True) -> str:
-    return f"{REPOSITORY}:{content_hash(sandbox_image, volume_var)[:12]}"
+def image_tag(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True,
+              runtime: dict[str, Path] | None = None) -> str:
+    return f"{REPOSITORY}:{content_hash(sandbox_image, volume_var, runtime)[:12]}"
 
 
 class _Progress:
@@ -224,7 +245,7 @@ def _image_exists(client, tag: str) -> bool:
 
 
 def mmdebstrap_command(rootfs_tar: Path, sandbox_image: str, debs: Path | None = None,
-                       mode: str = "root") -> list[str]:
+                       mode: str = "root", runtime_dir: Path | None = None) -> list[str]:
     """The mmdebstrap invocation that produces ``rootfs_tar``."""
     cmd = ["mmdebstrap", f"--mode={mode}", f"--variant={VARIANT}", "--format=tar",
            "--include=" + ",".join(PACKAGES)]
@@ -234,7 +255,10 @@ def mmdebstrap_command(rootfs_tar: Path, sandbox_image: str, debs: Path | None =
         # reuse .debs downloaded by earlier builds
         cmd += ['--setup-hook=mkdir -p "$1"/var/cache/apt/archives/',
                 f"--setup-hook=sync-in {shlex.quote(str(debs))} /var/cache/apt/archives/"]
-    cmd += [f"--customize-hook=sync-in {shlex.quote(str(FILES_DIR))} /",
+    cmd += [f"--customize-hook=sync-in {shlex.quote(str(FILES_DIR))} /"]
+    if runtime_dir is not None:
+        cmd += [f"--customize-hook=sync-in {shlex.quote(str(runtime_dir))} /"]
+    cmd += [
             f"--customize-hook=upload {shlex.quote(str(CUSTOMIZE))} /tmp/kh-customize.sh",
             f'--customize-hook=chroot "$1" /bin/sh /tmp/kh-customize.sh {shlex.quote(sandbox_image)}',
             '--customize-hook=rm -f "$1"/tmp/kh-customize.sh']
@@ -292,19 +316,21 @@ class BaseImageError(RuntimeError):
 
 
 def build_base_image(force: bool = False, progress: Callable[[str, str], None] | None = None, *,
-                     sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True) -> str:
+                     sandbox_image: str = DEFAULT_SANDBOX_IMAGE, volume_var: bool = True,
+                     runtime: dict[str, Path] | None = None) -> str:
     """Build (or find) the node base image; returns its tag
     ``kube-harness/base:<hash12>``.
 
     ``force`` rebuilds the rootfs even if the tag or the cached tarball
-    exists. ``progress(phase, message)`` is called for every progress line
+    exists. ``runtime`` (rootfs path -> file) defaults to :func:`runtime_files`. ``progress(phase, message)`` is called for every progress line
     (they are logged to the ``harness.nodeimage`` logger in any case).
     Safe to call from several processes at once (a file lock serialises
     builds of the same hash).
     """
     from filelock import FileLock
 
-    digest = content_hash(sandbox_image, volume_var)
+    runtime = runtime if runtime is not None else runtime_files()
+    digest = content_hash(sandbox_image, volume_var, runtime)
     tag = f"{REPOSITORY}:{digest[:12]}"
     client = _docker()
     try:
@@ -320,9 +346,9 @@ def build_base_image(force: bool = False, progress: Callable[[str, str], None] |
             if not force and _image_exists(client, tag):  # another process built it meanwhile
                 pr("done", f"{tag} was built by another process")
                 return tag
-            tarball = cache / f"rootfs-{rootfs_hash(sandbox_image)[:12]}.tar"
+            tarball = cache / f"rootfs-{rootfs_hash(sandbox_image, runtime)[:12]}.tar"
             if force or not tarball.is_file():
-                _build_rootfs(tarball, sandbox_image, pr)
+                _build_rootfs(tarball, sandbox_image, runtime, pr)
             else:
                 pr("rootfs", f"using cached rootfs {tarball} ({tarball.stat().st_size / 2**20:.0f} MiB)")
             _import(client, tarball, tag, digest, volume_var, pr)
@@ -333,7 +359,17 @@ def build_base_image(force: bool = False, progress: Callable[[str, str], None] |
         client.close()
 
 
-def _build_rootfs(tarball: Path, sandbox_image: str, pr: _Progress) -> None:
+def _stage(runtime: dict[str, Path], into: Path) -> Path:
+    """The runtime files laid out as in the rootfs, for mmdebstrap's sync-in."""
+    for dest, src in runtime.items():
+        p = into / dest
+        p.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, p)
+        os.chmod(p, 0o755)
+    return into
+
+
+def _build_rootfs(tarball: Path, sandbox_image: str, runtime: dict[str, Path], pr: _Progress) -> None:
     if shutil.which("mmdebstrap") is None:
         raise BaseImageError("mmdebstrap is not installed (apt-get install mmdebstrap)")
     if not apt_sources():
@@ -347,7 +383,7 @@ def _build_rootfs(tarball: Path, sandbox_image: str, pr: _Progress) -> None:
         out = work / "rootfs.tar"
         env = {**os.environ, "TMPDIR": str(work), "LC_ALL": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"}
         mode = "root" if os.geteuid() == 0 else "unshare"
-        cmd = mmdebstrap_command(out, sandbox_image, debs, mode)
+        cmd = mmdebstrap_command(out, sandbox_image, debs, mode, _stage(runtime, work / "runtime"))
         pr("rootfs", f"mmdebstrap {SUITE} ({VARIANT}, {len(PACKAGES)} packages, mode {mode}) into {work}")
         _run_logged(cmd, pr, "rootfs", work, env, cache / f"mmdebstrap-{tarball.stem.split('-')[-1]}.log")
         os.replace(out, tarball)  # same filesystem: atomic

@@ -16,16 +16,11 @@ mkdir -p /etc/kubernetes/manifests /etc/cni/net.d /opt/cni/bin /var/lib/kubelet 
 ln -sf entrypoint.sh /usr/local/bin/entrypoint
 
 echo "I: kube-harness customize: CNI plugins in /opt/cni/bin"
-# hard links: real files in /opt/cni/bin (CNI daemonsets copy their plugins
-# next to them), no extra space
-for f in /usr/lib/cni/*; do
-  [ -f "$f" ] && ln -f "$f" "/opt/cni/bin/$(basename "$f")"
-done
 ls /opt/cni/bin | tr '\n' ' '; echo
 
 echo "I: kube-harness customize: containerd sandbox image $SANDBOX_IMAGE"
 sed -i "s|@SANDBOX_IMAGE@|$SANDBOX_IMAGE|" /etc/containerd/config.toml
-grep -q "sandbox_image = \"$SANDBOX_IMAGE\"" /etc/containerd/config.toml
+grep -q "sandbox = \"$SANDBOX_IMAGE\"" /etc/containerd/config.toml
 
 cat >/etc/systemd/system/kubelet.slice <<'EOF'
 [Unit]
@@ -37,7 +32,7 @@ MemoryAccounting=true
 CPUAccounting=true
 EOF
 
-# crictl is not packaged in bookworm; the config is for a crictl a node image adds
+# crictl comes with the node image (same minor as Kubernetes)
 cat >/etc/crictl.yaml <<'EOF'
 runtime-endpoint: unix:///run/containerd/containerd.sock
 image-endpoint: unix:///run/containerd/containerd.sock
@@ -102,5 +97,6 @@ update-alternatives --set ip6tables /usr/sbin/ip6tables-nft >/dev/null
 echo "I: kube-harness customize: versions"
 containerd --version
 runc --version | head -n1
+containerd config dump >/dev/null
 haproxy -v | head -n1
 systemctl --version | head -n1

@@ -42,10 +42,9 @@ def _module(name: str, version: str) -> Path:
         return d
     with lock(f"{name}-src-{version}"):
         d.mkdir(parents=True, exist_ok=True)
-        # other versions build the server only (e.g. etcdctl 3.5.x needs modules the proxy may lack)
-        req = "\n".join(f"\t{m} {version}" for m in spec["modules"][:1])
+        req = "\n".join(f"\t{m} {version}" for m in spec["modules"])
         (d / "go.mod").write_text(f"module {name}build\n\ngo 1.24\n\nrequire (\n{req}\n)\n")
-        imports = f'\t_ "{spec["modules"][0]}"'
+        imports = "\n".join(f'\t_ "{m}"' for m in spec["modules"])
         (d / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
         run(["go", "mod", "tidy"], cwd=d, env=go_env(), what=f"go mod tidy {name} {version}")
         mark_complete(d, {"version": version})
@@ -64,10 +63,7 @@ def build_go_component(name: str, version: str) -> Path:
     def build(tmp: Path) -> dict:
         (tmp / "bin").mkdir()
         with phase(f"build-{name}", machine=version):
-            bins = MODULES[name]["bins"]
-            if mod != MODULES[name]["dir"]:
-                bins = dict(list(bins.items())[:1])
-            for binary, pkg in bins.items():
+            for binary, pkg in MODULES[name]["bins"].items():
                 run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "bin" / binary), pkg],
                     cwd=mod, env=go_env(), what=f"go build {binary} {version}")
         return {"version": version}

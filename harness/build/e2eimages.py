@@ -65,13 +65,15 @@ RECIPE_VERSION = "1"
 DEBIAN_SUITE = os.environ.get("KUBE_HARNESS_DEBIAN_SUITE", "bookworm")
 DEBIAN_MIRROR = os.environ.get("KUBE_HARNESS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
-#: the images the [Conformance] specs run (ImageID names from manifest.go)
+#: the images the [Conformance] specs run (ImageID names from manifest.go); those a release's
+#: manifest does not have are left out (v1.37 replaced JessieDnsutils and Httpd)
 CONFORMANCE_IMAGES = (
-    "Agnhost", "BusyBox", "Pause", "JessieDnsutils", "Nginx", "NginxNew", "Httpd", "HttpdNew",
+    "Agnhost", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Nginx", "NginxNew", "Httpd", "HttpdNew",
     "Nautilus", "Kitten", "NonRoot", "Nonewprivs", "APIServer", "Etcd",
 )
 #: enough for the smoke subset
-SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "JessieDnsutils", "Httpd", "HttpdNew")
+SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Httpd", "HttpdNew", "Nginx",
+                "NginxNew")
 
 #: registry keys that must keep their upstream (unreachable) value: tests
 #: expect pulls from them to fail, or they need credentials we do not have
@@ -590,7 +592,8 @@ class Builder:
         return tag
 
     def build(self, idents: Iterable[str] = CONFORMANCE_IMAGES) -> dict[str, str]:
-        """Build the images; returns ImageID -> local tag for those made."""
+        """Build the images this release's manifest has; returns ImageID -> local tag for those made."""
+        idents = [i for i in idents if i in self.refs]
         for ident in idents:
             self.ensure(ident)
         for ident, why in self.skipped.items():
@@ -619,7 +622,8 @@ CMD ["pause"]
         "localhost.key": porter / "localhost.key"})
 
 
-def _r_jessie(b: Builder, ident: str, tag: str) -> str:
+def _r_dnsutils(b: Builder, ident: str, tag: str) -> str:
+    """Debian (glibc) with dig and getent: JessieDnsutils, GlibcDnsTesting."""
     base, bh = b.base(ROOTFS["net"])
     df = f'FROM {base}\nCMD ["bash"]\n'
     return b.from_dockerfile(ident, tag, _h(RECIPE_VERSION, ident, tag, bh, df), df)
@@ -807,7 +811,8 @@ def _image_id(tag: str) -> str:
 
 RECIPES: dict[str, Callable[[Builder, str, str], str | None]] = {
     "Agnhost": _r_agnhost,
-    "JessieDnsutils": _r_jessie,
+    "JessieDnsutils": _r_dnsutils,
+    "GlibcDnsTesting": _r_dnsutils,
     "Nautilus": _r_webserver_data("nautilus"),
     "Kitten": _r_webserver_data("kitten"),
     "BusyBox": _r_busybox,

@@ -6,10 +6,12 @@
   kube-harness reap                                  # remove leftovers of dead runs
   kube-harness logs -c FILE [--name N] [--dir DIR]   # export machine logs (as `kind export logs`)
   kube-harness validate -c FILE                      # check a spec, create nothing
+  kube-harness schema                                # the spec's JSON Schema (configs/schema.json)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 from providers import registry
 from providers.base import L_CLUSTER, L_NAMESPACE
 
-from . import artifacts, reaper
+from . import artifacts, reaper, schema
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import configure, log
@@ -50,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     lg.add_argument("--dir", default=None, help="where (default $ARTIFACTS, else ./_artifacts)")
     va = sub.add_parser("validate", help="validate a spec")
     va.add_argument("-c", "--cluster-config", required=True)
+    sub.add_parser("schema", help="print the spec's JSON Schema (for editors; configs/schema.json)")
     a = p.parse_args(argv)
+    if a.cmd == "schema":
+        print(json.dumps(schema.json_schema(), indent=2))
+        return 0
     configure()
     try:
         if a.cmd == "validate":
@@ -97,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             deleted = reaper.reap(_provider(a.provider))
             print(f"reaped {len(deleted)} objects")
     except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        for err in e.errors:
+            print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         log.error("interrupted")

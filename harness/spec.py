@@ -2,33 +2,45 @@
 
 A spec file holds one ``Cluster`` (``harness.k8s.io/v1alpha1``) whose
 ``spec.topology`` names the control plane and worker MachineDeployments, as
-Cluster API's managed topologies do. Every error names the field, the bad
-value and what is allowed, before anything is created.
+Cluster API's managed topologies do. harness/schema.py defines the schema;
+every error names the field, the bad value and what is allowed (with a
+"did you mean" for a misspelt key), all of them at once, before anything is
+created.
 """
 from __future__ import annotations
 
 import copy
-import ipaddress
-import re
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
-API_VERSION = "harness.k8s.io/v1alpha1"
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-from . import versions
+from . import schema
+from .schema import API_VERSION, NAME_RE  # noqa: F401 (re-exported)
 from .versions import DEFAULT_VERSION, VERSION_RE  # noqa: F401 (re-exported)
 
 
 class SpecError(ValueError):
-    """A spec field has a bad value."""
+    """Spec fields with bad values: ``path``, ``value`` and ``allowed`` are the
+    first one's, ``errors`` holds all of them (one SpecError each); the
+    message has one line per error."""
 
-    def __init__(self, path: str, value: Any, allowed: str, source: str = ""):
-        self.path, self.value, self.allowed = path, value, allowed
+    def __init__(self, path: str, value: Any, allowed: str, source: str = "",
+                 errors: list[SpecError] | None = None):
+        self.path, self.value, self.allowed, self.source = path, value, allowed, source
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}invalid {path}: {value!r}; allowed: {allowed}")
+        line = f"{where}invalid {path}: {value!r}; allowed: {allowed}"
+        self.errors = errors or [self]
+        super().__init__("\n".join([line, *map(str, self.errors[1:])]))
+
+    @classmethod
+    def of(cls, errors: list[SpecError]) -> SpecError:
+        first = errors[0]
+        return cls(first.path, first.value, first.allowed, first.source, errors)
 
 
 @dataclass(frozen=True)
@@ -83,147 +95,68 @@ class ClusterSpec:
         return copy.deepcopy(self.raw)
 
 
-def _get(d: dict, key: str, path: str, kind: type | tuple, default: Any, source: str) -> Any:
-    if not isinstance(d, dict):
-        raise SpecError(path.rsplit(".", 1)[0], d, "a mapping", source)
-    v = d.get(key, default)
-    if v is None and default is None:
-        raise SpecError(path, None, f"a value of type {_tname(kind)} (field is required)", source)
-    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
-        raise SpecError(path, v, f"a value of type {_tname(kind)}", source)
-    return v
-
-
-def _tname(kind: type | tuple) -> str:
-    if isinstance(kind, tuple):
-        return " or ".join(k.__name__ for k in kind)
-    return {"str": "string", "int": "integer", "dict": "mapping", "list": "list"}.get(kind.__name__, kind.__name__)
-
-
-def _name(v: str, path: str, source: str) -> str:
-    if not NAME_RE.match(v) or len(v) > 40:
-        raise SpecError(path, v, "a DNS-1123 label: lowercase letters, digits and '-', at most 40 characters", source)
-    return v
-
-
-def _cidr(v: str, path: str, source: str) -> ipaddress.IPv4Network:
-    try:
-        net = ipaddress.ip_network(v, strict=True)
-    except ValueError:
-        raise SpecError(path, v, "an IPv4 network in CIDR form, e.g. 10.244.0.0/16", source) from None
-    if net.version != 4 or net.prefixlen > 24:
-        raise SpecError(path, v, "an IPv4 network with a prefix of /24 or shorter", source)
-    return net
-
-
-KNOWN_SPEC_KEYS = {"provider", "clusterNetwork", "topology", "kubeadm"}
-KNOWN_TOPOLOGY_KEYS = {"version", "controlPlane", "workers"}
-
-
 def parse(doc: Any, source: str = "", providers: set[str] | None = None) -> ClusterSpec:
-    """Validate a Cluster document and return its spec."""
+    """Validate a Cluster document and return its spec; SpecError lists every bad field."""
     if not isinstance(doc, dict):
         raise SpecError("(document)", type(doc).__name__, "a YAML mapping with kind: Cluster", source)
-    api = doc.get("apiVersion")
-    if api != API_VERSION:
-        raise SpecError("apiVersion", api, API_VERSION, source)
-    if doc.get("kind") != "Cluster":
-        raise SpecError("kind", doc.get("kind"), "Cluster", source)
-    meta = _get(doc, "metadata", "metadata", dict, None, source)
-    name = _name(_get(meta, "name", "metadata.name", str, None, source), "metadata.name", source)
-    ns = _name(_get(meta, "namespace", "metadata.namespace", str, "default", source), "metadata.namespace", source)
-    spec = _get(doc, "spec", "spec", dict, None, source)
-    for k in spec:
-        if k not in KNOWN_SPEC_KEYS:
-            raise SpecError(f"spec.{k}", spec[k], f"one of the fields {sorted(KNOWN_SPEC_KEYS)}", source)
-
-    prov = _get(spec, "provider", "spec.provider", dict, {}, source)
-    pname = _get(prov, "name", "spec.provider.name", str, "docker", source)
     if providers is None:
         from providers import registry
 
         providers = set(registry.names())
-    if pname not in providers:
-        raise SpecError("spec.provider.name", pname, f"one of the registered providers {sorted(providers)}", source)
-    popts = _get(prov, "options", "spec.provider.options", dict, {}, source)
-    _provider_options(pname, popts, source)
-
-    net = _get(spec, "clusterNetwork", "spec.clusterNetwork", dict, {}, source)
-    pods = _get(net, "pods", "spec.clusterNetwork.pods", str, "10.244.0.0/16", source)
-    svcs = _get(net, "services", "spec.clusterNetwork.services", str, "10.96.0.0/16", source)
-    pnet, snet = _cidr(pods, "spec.clusterNetwork.pods", source), _cidr(svcs, "spec.clusterNetwork.services", source)
-    if pnet.prefixlen > 16:
-        raise SpecError("spec.clusterNetwork.pods", pods, "a /16 or larger network (each node gets a /24)", source)
-    if pnet.overlaps(snet):
-        raise SpecError("spec.clusterNetwork.services", svcs, f"a network that does not overlap pods {pods}", source)
-    domain = _get(net, "serviceDomain", "spec.clusterNetwork.serviceDomain", str, "cluster.local", source)
-
-    topo = _get(spec, "topology", "spec.topology", dict, None, source)
-    for k in topo:
-        if k not in KNOWN_TOPOLOGY_KEYS:
-            raise SpecError(f"spec.topology.{k}", topo[k], f"one of the fields {sorted(KNOWN_TOPOLOGY_KEYS)}", source)
-    version = _get(topo, "version", "spec.topology.version", str, DEFAULT_VERSION, source)
-    why = versions.problem(version)
-    if why:
-        raise SpecError("spec.topology.version", version, why, source)
-
-    cp = _get(topo, "controlPlane", "spec.topology.controlPlane", dict, {}, source)
-    cpr = _get(cp, "replicas", "spec.topology.controlPlane.replicas", int, 1, source)
-    if cpr < 1:
-        raise SpecError("spec.topology.controlPlane.replicas", cpr, "an integer >= 1", source)
-    if cpr % 2 == 0:
-        raise SpecError("spec.topology.controlPlane.replicas", cpr,
-                        "an odd number (1, 3, 5...): stacked etcd needs an odd member count for quorum", source)
-    cp_labels = _labels(cp, "spec.topology.controlPlane.labels", source)
-    control = MachineDeploymentSpec(f"{name}-control-plane", "control-plane", cpr, cp_labels)
-
-    workers_doc = _get(topo, "workers", "spec.topology.workers", dict, {}, source)
-    mds = _get(workers_doc, "machineDeployments", "spec.topology.workers.machineDeployments", list, [], source)
-    workers, seen = [], set()
-    for i, md in enumerate(mds):
-        p = f"spec.topology.workers.machineDeployments[{i}]"
-        mdn = _name(_get(md, "name", f"{p}.name", str, None, source), f"{p}.name", source)
-        if mdn in seen:
-            raise SpecError(f"{p}.name", mdn, "a name unique among machineDeployments", source)
-        seen.add(mdn)
-        r = _get(md, "replicas", f"{p}.replicas", int, 1, source)
-        if r < 1:
-            raise SpecError(f"{p}.replicas", r, "an integer >= 1 (remove the MachineDeployment for none)", source)
-        workers.append(MachineDeploymentSpec(f"{name}-{mdn}", "worker", r, _labels(md, f"{p}.labels", source)))
-    if cpr + sum(w.replicas for w in workers) > 10:
-        raise SpecError("spec.topology", cpr + sum(w.replicas for w in workers), "at most 10 machines in all", source)
-
-    patches = _get(spec, "kubeadm", "spec.kubeadm", dict, {}, source)
-    for k in patches:
-        if k not in ("clusterConfiguration", "initConfiguration", "joinConfiguration", "kubeletConfiguration",
-                     "kubeProxyConfiguration"):
-            raise SpecError(f"spec.kubeadm.{k}", patches[k], "clusterConfiguration, initConfiguration, "
-                            "joinConfiguration, kubeletConfiguration or kubeProxyConfiguration", source)
-    return ClusterSpec(name, ns, version, pname, popts, pods, svcs, domain, control, tuple(workers),
-                       patches, source, copy.deepcopy(doc))
-
-
-def _labels(d: dict, path: str, source: str) -> dict[str, str]:
-    labels = _get(d, "labels", path, dict, {}, source)
-    for k, v in labels.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise SpecError(f"{path}.{k}", v, "string keys and string values", source)
-    return dict(labels)
-
-
-def _provider_options(name: str, options: dict[str, Any], source: str) -> None:
-    from providers import registry
-    from providers.base import OptionError
     try:
-        check = getattr(registry.factory(name), "validate_options", None)
-    except (KeyError, ImportError):
-        return  # a provider named by the caller's own list: nothing to check
-    if check is None:
-        return
-    try:
-        check(options)
-    except OptionError as e:
-        raise SpecError(f"spec.provider.options.{e.field}", e.value, e.allowed, source) from None
+        m = schema.Cluster.model_validate(doc, context={"providers": providers})
+    except ValidationError as e:
+        raise SpecError.of([_error(err, source) for err in e.errors()]) from None
+    name, topo, net = m.metadata.name, m.spec.topology, m.spec.cluster_network
+    cp = topo.control_plane
+    control = MachineDeploymentSpec(f"{name}-control-plane", "control-plane", cp.replicas, dict(cp.labels))
+    workers = tuple(MachineDeploymentSpec(f"{name}-{md.name}", "worker", md.replicas, dict(md.labels))
+                    for md in topo.workers.machine_deployments)
+    return ClusterSpec(name, m.metadata.namespace, topo.version, m.spec.provider.name, m.spec.provider.options,
+                       net.pods, net.services, net.service_domain, control, workers,
+                       m.spec.kubeadm.model_dump(by_alias=True, exclude_unset=True), source, copy.deepcopy(doc))
+
+
+_TYPES = {"int_type": "integer", "string_type": "string", "dict_type": "mapping", "model_type": "mapping",
+          "model_attributes_type": "mapping", "list_type": "list"}
+
+
+def _error(err: ErrorDetails, source: str) -> SpecError:
+    """One pydantic error in SpecError's terms."""
+    loc, kind, ctx, value = err["loc"], err["type"], err.get("ctx") or {}, err.get("input")
+    path = _path(loc)
+    if kind == "missing":
+        ann = schema.fields_at(loc[:-1])[loc[-1]].annotation
+        value, allowed = None, f"{get_args(ann)[0] if get_origin(ann) is Literal else 'a value'} (field is required)"
+    elif kind in ("extra_forbidden", "invalid_key"):  # an unknown key, or one that is not a string
+        fields = list(schema.fields_at(loc[:-1]))
+        close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
+        path = f"{_path(loc[:-1])}.{loc[-1]}" if loc[:-1] else str(loc[-1])
+        allowed = f"one of the fields {fields}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    elif kind == "spec":  # a cross-field rule naming its own field
+        path, value, allowed = path + ctx["at"], ctx["value"], ctx["allowed"]
+    elif kind == "value_error":
+        allowed = str(ctx["error"])
+    elif kind == "literal_error":
+        allowed = ctx["expected"].strip("'")
+    elif kind in _TYPES:
+        allowed = f"a value of type {_TYPES[kind]}"
+    else:
+        allowed = err["msg"]
+    return SpecError(path, value, allowed, source)
+
+
+def _path(loc: tuple) -> str:
+    """spec.topology.workers.machineDeployments[0].name; a mapping's bad key is named like its value."""
+    out = ""
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            continue
+        if isinstance(part, int) and loc[i + 1:i + 2] != ("[key]",):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(document)"
 
 
 def load(path: str | Path, providers: set[str] | None = None) -> ClusterSpec:

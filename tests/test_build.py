@@ -15,6 +15,7 @@ import pytest
 
 from harness.build import cache, images, kube, nodeimage
 from harness.build.cache import DONE, BuildError
+from harness.versions import release
 
 pytestmark = [pytest.mark.docker]
 VERSION = kube.default_version()
@@ -118,7 +119,8 @@ def test_release_binaries_feed_the_node_image(kube_dir, tmp_path, monkeypatch):
     try:
         # the same binaries from elsewhere: component images are cache hits, not rebuilt
         assert {t: dk.images.get(t).id for t in components} == ids
-        assert tag != nodeimage.node_image_tag(VERSION, nodeimage.base_image(), kube_dir, [])[0]
+        assert tag != nodeimage.node_image_tag(VERSION, nodeimage.base_image(), kube_dir, [],
+                                                   nodeimage.runtime.build_crictl(release(VERSION).crictl))[0]
         out = dk.containers.run(tag, entrypoint="kubeadm", command=["version", "-o", "short"], remove=True)
         assert out.decode().strip() == VERSION
     finally:

@@ -21,7 +21,7 @@ def _spec(**topo):
                     "clusterNetwork": {"pods": "10.200.0.0/16", "services": "10.201.0.0/16",
                                        "serviceDomain": "wl.local"},
                     "kubeadm": {"clusterConfiguration": {"apiServer": {"extraArgs": [{"name": "v", "value": "2"}]}}},
-                    "topology": {"version": "v1.33.2", "controlPlane": {"replicas": 3},
+                    "topology": {"version": "v1.36.3", "controlPlane": {"replicas": 3},
                                  "workers": {"machineDeployments": [
                                      {"name": "md-0", "replicas": 2, "labels": {"tier": "web"}},
                                      {"name": "md-1", "replicas": 1}]}, **topo}}}
@@ -90,7 +90,7 @@ def test_render_shape(rendered):
         tl = s["template"]["metadata"]["labels"]
         assert all(tl[k] == v for k, v in s["selector"]["matchLabels"].items()), "selector must match template"
         t = s["template"]["spec"]
-        assert t["clusterName"] == "wl" and t["version"] == "v1.33.2"
+        assert t["clusterName"] == "wl" and t["version"] == "v1.36.3"
         assert t["bootstrap"] == {"dataSecretName": f"{name}-bootstrap"}
         assert t["infrastructureRef"]["kind"] == "HarnessDockerMachineTemplate"
         assert t["infrastructureRef"]["name"] in by(rendered, "HarnessDockerMachineTemplate")

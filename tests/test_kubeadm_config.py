@@ -230,3 +230,16 @@ def test_kubeadm_accepts_the_config(tmp_path, which):
     f.write_text(text)
     r = subprocess.run([_kubeadm(), "config", "validate", "--config", str(f)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_preflight_ignores_system_verification_only_on_cgroup_v1(caplog):
+    from harness.kubeadm import preflight
+    v1, v2 = preflight.args(True), preflight.args(False)
+    assert v1 == ["--ignore-preflight-errors=Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables,"
+                  "SystemVerification"]
+    assert "SystemVerification" not in v2[0] and "all" not in v2[0].split("=")[1].split(",")
+    preflight._warned.clear()
+    with caplog.at_level("WARNING", logger="harness.kubeadm"):
+        for _ in range(3):
+            preflight.warn_cgroup_v1("kh")
+    assert [r.getMessage()[:15] for r in caplog.records] == ["cgroup v1 host:"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.spec import SpecError, load, parse
+from harness.spec import API_VERSION, DEFAULT_VERSION, SpecError, load, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 PROVIDERS = {"docker"}
@@ -35,6 +36,7 @@ def mutate(path: str, value):
 
 @pytest.mark.parametrize("cfg", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(cfg):
+    assert cfg.read_text().splitlines()[0] == "# yaml-language-server: $schema=./schema.json"
     s = load(cfg, PROVIDERS)
     assert s.control_plane.replicas % 2 == 1
     assert s.version.startswith("v1.")
@@ -89,7 +91,9 @@ def test_default_config_shape():
      "spec.provider.options.extra_ports[0].protocol", "'tcp'"),
     ("spec.provider.options", {"roles": {"workers": {}}}, "spec.provider.options.roles.workers", "control-plane"),
     ("spec.provider.options", {"roles": {"worker": {"memroy": "2g"}}}, "spec.provider.options.roles.worker.memroy",
-     "docker provider's options"),
+     "did you mean 'memory'?"),
+    ("spec.provider.options", {"extra_ports": [{"contanerPort": 80}]},
+     "spec.provider.options.extra_ports[0].contanerPort", "did you mean 'containerPort'?"),
 ])
 def test_bad_field_is_named(path, value, field, allowed):
     with pytest.raises(SpecError) as ei:
@@ -99,6 +103,92 @@ def test_bad_field_is_named(path, value, field, allowed):
     assert allowed in e.allowed
     msg = str(e)
     assert field in msg and repr(e.value) in msg and "test.yaml" in msg
+
+
+@pytest.mark.parametrize("path,value,field,allowed", [
+    # misspelt keys: an error at every level, with a suggestion
+    ("spec.topology.controlPlane.replica", 3, "spec.topology.controlPlane.replica", "did you mean 'replicas'?"),
+    ("spec.topology.workers.machineDeployments[0].replica", 3,
+     "spec.topology.workers.machineDeployments[0].replica", "did you mean 'replicas'?"),
+    ("spec.clusterNetwork.pod", "10.1.0.0/16", "spec.clusterNetwork.pod", "did you mean 'pods'?"),
+    ("apiversion", API_VERSION, "apiversion", "did you mean 'apiVersion'?"),
+    ("status", {}, "status", "one of the fields ['apiVersion', 'kind', 'metadata', 'spec']"),
+    ("metadata.nmespace", "x", "metadata.nmespace", "did you mean 'namespace'?"),
+    ("metadata.labels", {}, "metadata.labels", "one of the fields ['name', 'namespace']"),
+    ("spec.provider.option", {}, "spec.provider.option", "did you mean 'options'?"),
+    ("spec.topology.worker", {}, "spec.topology.worker", "did you mean 'workers'?"),
+    ("spec.topology.workers.machinedeployments", [], "spec.topology.workers.machinedeployments",
+     "did you mean 'machineDeployments'?"),
+    ("spec.kubeadm.kubeletConfig", {}, "spec.kubeadm.kubeletConfig", "did you mean 'kubeletConfiguration'?"),
+    ("spec.clusterNetwork.serviceDomain", "Cluster.Local", "spec.clusterNetwork.serviceDomain", "DNS domain"),
+    ("spec.clusterNetwork.serviceDomain", "cluster..local", "spec.clusterNetwork.serviceDomain", "DNS domain"),
+    ("spec.topology.controlPlane.labels", {"a/b/c": "x"}, "spec.topology.controlPlane.labels.a/b/c", "label key"),
+    ("spec.topology.controlPlane.labels", {"x" * 64: "x"}, "spec.topology.controlPlane.labels." + "x" * 64,
+     "label key"),
+    ("spec.topology.workers.machineDeployments[0].labels", {"tier": "-web"},
+     "spec.topology.workers.machineDeployments[0].labels.tier", "label value"),
+    ("spec.topology.workers.machineDeployments[0].labels", {"tier": 1},
+     "spec.topology.workers.machineDeployments[0].labels.tier", "string"),
+    ("spec.topology.controlPlane.replicas", True, "spec.topology.controlPlane.replicas", "integer"),
+    ("spec.topology.workers.machineDeployments[0].replicas", False,
+     "spec.topology.workers.machineDeployments[0].replicas", "integer"),
+    ("spec.clusterNetwork.pods", "fd00::/48", "spec.clusterNetwork.pods", "IPv4"),
+    ("spec.clusterNetwork.services", "10.244.128.0/20", "spec.clusterNetwork.services", "does not overlap"),
+    ("spec.topology.version", "v1.30.0", "spec.topology.version", "a supported release: v1.35.x"),
+    ("spec.kubeadm", {"etcdConfiguration": {}}, "spec.kubeadm.etcdConfiguration", "kubeProxyConfiguration"),
+    ("spec.kubeadm.clusterConfiguration", "x", "spec.kubeadm.clusterConfiguration", "mapping"),
+])
+def test_strict_schema(path, value, field, allowed):
+    with pytest.raises(SpecError) as ei:
+        parse(mutate(path, value), "bad.yaml", PROVIDERS)
+    e = ei.value
+    assert (e.path, len(e.errors)) == (field, 1)
+    assert allowed in e.allowed
+    assert str(e) == f"bad.yaml: invalid {field}: {e.value!r}; allowed: {e.allowed}"
+
+
+def test_good_labels_and_domain_pass():
+    labels = {"example.com/tier": "web", "app.kubernetes.io/name": "", "A_b.c-D": "x" * 63}
+    doc = mutate("spec.topology.workers.machineDeployments[0].labels", labels)
+    doc["spec"]["clusterNetwork"]["serviceDomain"] = "k8s.example-1.org"
+    s = parse(doc, "", PROVIDERS)
+    assert s.workers[0].labels == labels and s.service_domain == "k8s.example-1.org"
+
+
+def test_all_errors_at_once(tmp_path):
+    doc = mutate("spec.topology.controlPlane.replica", 3)
+    doc["metadata"]["name"] = "Bad_Name"
+    doc["spec"]["clusterNetwork"]["pod"] = doc["spec"]["clusterNetwork"].pop("pods")
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError) as ei:
+        load(f, PROVIDERS)
+    e = ei.value
+    assert [x.path for x in e.errors] == ["metadata.name", "spec.clusterNetwork.pod",
+                                          "spec.topology.controlPlane.replica"]
+    assert (e.path, e.value) == ("metadata.name", "Bad_Name")
+    lines = str(e).splitlines()
+    assert lines == [str(x) for x in e.errors] and all(x.startswith(f"{f}: invalid ") for x in lines)
+    assert "did you mean 'pods'?" in lines[1] and "did you mean 'replicas'?" in lines[2]
+    r = subprocess.run([sys.executable, "-m", "harness", "validate", "-c", str(f)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("error: ") == 3, r.stderr
+
+
+def test_defaults():
+    s = parse({"apiVersion": API_VERSION, "kind": "Cluster", "metadata": {"name": "x"}, "spec": {"topology": {}}},
+              "", PROVIDERS)
+    assert (s.namespace, s.provider, s.provider_options, s.version) == ("default", "docker", {}, DEFAULT_VERSION)
+    assert (s.pod_cidr, s.service_cidr, s.service_domain) == ("10.244.0.0/16", "10.96.0.0/16", "cluster.local")
+    assert (s.control_plane.replicas, s.control_plane.labels, s.workers, s.kubeadm_patches) == (1, {}, (), {})
+
+
+def test_schema_command_matches_committed_copy():
+    r = subprocess.run([sys.executable, "-m", "harness", "schema"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    printed = json.loads(r.stdout)
+    assert printed["additionalProperties"] is False and "Topology" in printed["$defs"]
+    assert printed == json.loads((ROOT / "configs" / "schema.json").read_text()), \
+        "configs/schema.json is stale: kube-harness schema > configs/schema.json"
 
 
 def test_good_provider_options_pass():

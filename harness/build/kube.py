@@ -84,7 +84,8 @@ def module_dir(version: str) -> Path:
             raise BuildError(f"k8s.io/kubernetes@{version}: no staging replaces found in its go.mod")
         _, minor, patch = check_version(version)
         go = re.search(r"^go (\S+)", tmp.read_text(), re.M)
-        lines = ["module kubebuild", "", f"go {go.group(1) if go else '1.24.0'}", "", f"require k8s.io/kubernetes {version}", "", "replace ("]
+        lines = ["module kubebuild", "", f"go {go.group(1) if go else '1.24.0'}", "",
+                 f"require k8s.io/kubernetes {version}", "", "replace ("]
         lines += [f"\t{m} => {m} v0.{minor}.{patch}" for m in staging] + [")", ""]
         (d / "go.mod").write_text("\n".join(lines))
         tools = [f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in COMMANDS]

@@ -3,6 +3,7 @@ so that a typo fails when the spec is loaded, naming the option, instead of
 half way through creating machines."""
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -66,7 +67,15 @@ SCALARS: dict[str, Callable[[Any], str | None]] = {
     "subnet": _subnet, "mtu": _num(576, 9216, integer=True),
     "memory": _memory, "cpus": _num(0.01), "env": _env,
 }
+MOUNT_KEYS = ["host_path", "hostPath", "container_path", "containerPath", "readonly", "readOnly", "propagation"]
+PORT_KEYS = ["container_port", "containerPort", "host_port", "hostPort", "listen_address", "listenAddress", "protocol"]
 KNOWN = sorted([*SCALARS, "extra_mounts", "extra_ports", "roles"])
+
+
+def _one_of_keys(key: Any, known: list[str], what: str) -> str:
+    """``what`` (naming the allowed keys) and a "did you mean" for a misspelt ``key``."""
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return what + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
 def validate(options: Mapping[str, Any], prefix: str = "", nested: bool = False) -> None:
@@ -86,13 +95,15 @@ def validate(options: Mapping[str, Any], prefix: str = "", nested: bool = False)
                 raise OptionError(path, value, f"a mapping with keys from {list(ROLES)}")
             for role, sub in value.items():
                 if role not in ROLES:
-                    raise OptionError(f"{path}.{role}", sub, f"options for one of the roles {list(ROLES)}")
+                    raise OptionError(f"{path}.{role}", sub, _one_of_keys(
+                        role, list(ROLES), f"options for one of the roles {list(ROLES)}"))
                 if not isinstance(sub, dict):
                     raise OptionError(f"{path}.{role}", sub, "a mapping of options")
                 validate(sub, f"{path}.{role}.", nested=True)
         else:
             allowed = [k for k in KNOWN if not (nested and k == "roles")]
-            raise OptionError(path, value, f"one of the docker provider's options {allowed}")
+            raise OptionError(path, value,
+                              _one_of_keys(key, allowed, f"one of the docker provider's options {allowed}"))
 
 
 def _mounts(value: Any, path: str) -> None:
@@ -102,6 +113,7 @@ def _mounts(value: Any, path: str) -> None:
         p = f"{path}[{i}]"
         if not isinstance(m, dict):
             raise OptionError(p, m, "a mapping with host_path and container_path")
+        _known_keys(m, p, MOUNT_KEYS, "host_path, container_path, readonly, propagation")
         host = m.get("host_path", m.get("hostPath"))
         cont = m.get("container_path", m.get("containerPath"))
         if not isinstance(host, str) or not os.path.exists(host):
@@ -111,11 +123,6 @@ def _mounts(value: Any, path: str) -> None:
         prop = m.get("propagation")
         if prop is not None and prop not in PROPAGATION:
             raise OptionError(f"{p}.propagation", prop, f"one of {list(PROPAGATION)}")
-        unknown = set(m) - {"host_path", "hostPath", "container_path", "containerPath", "readonly", "readOnly",
-                            "propagation"}
-        if unknown:
-            k = sorted(unknown)[0]
-            raise OptionError(f"{p}.{k}", m[k], "host_path, container_path, readonly, propagation")
 
 
 def _ports(value: Any, path: str) -> None:
@@ -126,6 +133,7 @@ def _ports(value: Any, path: str) -> None:
         p = f"{path}[{i}]"
         if not isinstance(pm, dict):
             raise OptionError(p, pm, "a mapping with container_port")
+        _known_keys(pm, p, PORT_KEYS, "container_port, host_port, listen_address, protocol")
         cp = pm.get("container_port", pm.get("containerPort"))
         if port(cp):
             raise OptionError(f"{p}.container_port", cp, port(cp))
@@ -140,3 +148,9 @@ def _ports(value: Any, path: str) -> None:
             ipaddress.ip_address(str(addr))
         except ValueError:
             raise OptionError(f"{p}.listen_address", addr, "an IP address of the host") from None
+
+
+def _known_keys(m: Mapping[str, Any], path: str, known: list[str], what: str) -> None:
+    for k in m:
+        if k not in known:
+            raise OptionError(f"{path}.{k}", m[k], _one_of_keys(k, known, what))

@@ -66,10 +66,11 @@ DEBIAN_SUITE = os.environ.get("KUBE_HARNESS_DEBIAN_SUITE", "bookworm")
 DEBIAN_MIRROR = os.environ.get("KUBE_HARNESS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 #: the images the [Conformance] specs run (ImageID names from manifest.go); those a release's
-#: manifest does not have are left out (v1.37 replaced JessieDnsutils and Httpd)
+#: manifest does not have are left out (v1.37 replaced JessieDnsutils and Httpd, and runs
+#: StatefulSets on AgnhostPrev)
 CONFORMANCE_IMAGES = (
-    "Agnhost", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Nginx", "NginxNew", "Httpd", "HttpdNew",
-    "Nautilus", "Kitten", "NonRoot", "Nonewprivs", "APIServer", "Etcd",
+    "Agnhost", "AgnhostPrev", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Nginx", "NginxNew",
+    "Httpd", "HttpdNew", "Nautilus", "Kitten", "NonRoot", "Nonewprivs", "APIServer", "Etcd",
 )
 #: enough for the smoke subset
 SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Httpd", "HttpdNew", "Nginx",
@@ -811,6 +812,7 @@ def _image_id(tag: str) -> str:
 
 RECIPES: dict[str, Callable[[Builder, str, str], str | None]] = {
     "Agnhost": _r_agnhost,
+    "AgnhostPrev": _r_agnhost,  # the same agnhost under the previous tag (rollouts change the image)
     "JessieDnsutils": _r_dnsutils,
     "GlibcDnsTesting": _r_dnsutils,
     "Nautilus": _r_webserver_data("nautilus"),

@@ -27,7 +27,26 @@ from .spec import SpecError, load
 
 
 def _provider(name: str, options: dict | None = None):
+    if name not in registry.names():
+        raise SpecError("--provider", name, f"one of {registry.names()}")
     return registry.get(name, options or {})
+
+
+def _clusters(prov) -> dict[tuple[str, str], list[str]]:
+    """Every cluster's objects, by (namespace, name) labels."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for o in prov.list_owned({}):
+        lb = o.get("labels") or {}
+        rows.setdefault((lb.get(L_NAMESPACE, "?"), lb.get(L_CLUSTER, "?")), []).append(f"{o['kind']}:{o['name']}")
+    return rows
+
+
+def _require_cluster(prov, name: str, namespace: str) -> None:
+    """SpecError naming the cluster and the existing ones when it has no objects."""
+    have = sorted(f"{ns}/{n}" for ns, n in _clusters(prov))
+    if f"{namespace}/{name}" not in have:
+        raise SpecError("cluster", f"{namespace}/{name}",
+                        f"one of the existing clusters {have}" if have else "an existing cluster (there are none)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ok: {s.namespace}/{s.name} {s.version} provider={s.provider} machines={s.machine_count}")
         elif a.cmd == "up":
             spec = load(a.cluster_config)
+            from .build.nodeimage import check_option
+            check_option(a.node_image, spec.provider)
             prov = _provider(spec.provider, spec.provider_options)
             owner = reaper.current_owner(f"cli-{uuid.uuid4().hex[:8]}", keep=True)
             if a.bootstrap == "kubeadm":
@@ -78,25 +99,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"export KUBECONFIG={cl.kubeconfig_path}")
         elif a.cmd == "down":
             prov = _provider(a.provider)
+            _require_cluster(prov, a.name, a.namespace)
             deleted = prov.delete_owned({L_CLUSTER: a.name, L_NAMESPACE: a.namespace})
             print(f"deleted {len(deleted)} objects: {', '.join(deleted) or '-'}")
         elif a.cmd == "list":
-            prov = _provider(a.provider)
-            rows = {}
-            for o in prov.list_owned({}):
-                lb = o.get("labels") or {}
-                key = (lb.get(L_NAMESPACE, "?"), lb.get(L_CLUSTER, "?"))
-                rows.setdefault(key, []).append(f"{o['kind']}:{o['name']}")
-            for (ns, name), objs in sorted(rows.items()):
+            for (ns, name), objs in sorted(_clusters(_provider(a.provider)).items()):
                 print(f"{ns}/{name}: {' '.join(sorted(objs))}")
         elif a.cmd == "logs":
             spec = load(a.cluster_config)
             if a.name:
                 spec = spec.with_overrides(name=a.name)
             prov = _provider(spec.provider, spec.provider_options)
-            if not prov.list_machines(spec.name, spec.namespace):
-                print(f"error: no machines of cluster {spec.namespace}/{spec.name}", file=sys.stderr)
-                return 1
+            _require_cluster(prov, spec.name, spec.namespace)
             cl = Cluster(spec, prov, reaper.current_owner("cli-logs"))
             print(artifacts.collect(cl, Path(a.dir) if a.dir else None, reason="kube-harness logs"))
         elif a.cmd == "reap":

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from providers.base import ExecResult, Machine, MachineProvider, Owner
 
-from .spec import ClusterSpec
+from .schema import MAX_MACHINES
+from .spec import ClusterSpec, SpecError
 
 
 @dataclass
@@ -47,6 +48,18 @@ class Cluster:
         self.bootstrapped = False
         self.timings: dict[str, float] = {}
         self._client = None
+
+    def check_replicas(self, deployment: str, replicas: object) -> None:
+        """A replica count for ``deployment`` (scale): an int within the spec's
+        limits, else SpecError (a ValueError) naming it, the value and what is allowed."""
+        md = self.deployments[deployment]
+        cp = md.role == "control-plane"
+        low = 1 if cp else 0
+        high = MAX_MACHINES - sum(d.replicas for d in self.deployments.values() if d is not md)
+        if type(replicas) is not int or not low <= replicas <= high or (cp and replicas % 2 == 0):
+            kind = "an odd number (etcd quorum)" if cp else "an integer"
+            raise SpecError(f"replicas for {deployment}", replicas,
+                            f"{kind} from {low} to {high} (at most {MAX_MACHINES} machines in all)")
 
     # machines
     def machines(self, role: str | None = None, deployment: str | None = None) -> list[Machine]:

@@ -154,13 +154,8 @@ class MachineController:
         Scaling down drains and removes the machines beyond the count."""
         if deployment not in cluster.deployments:
             raise KeyError(f"no MachineDeployment {deployment!r}; have {sorted(cluster.deployments)}")
-        md = cluster.deployments[deployment]
-        if replicas < (1 if md.role == "control-plane" else 0):
-            raise ValueError(f"replicas for {deployment}: {replicas}; allowed: >= "
-                             f"{1 if md.role == 'control-plane' else 0}")
-        if md.role == "control-plane" and replicas % 2 == 0:
-            raise ValueError(f"replicas for {deployment}: {replicas}; allowed: an odd number (etcd quorum)")
-        md.replicas = replicas
+        cluster.check_replicas(deployment, replicas)  # before anything is created or deleted
+        cluster.deployments[deployment].replicas = replicas
         return self.reconcile(cluster)
 
     def reconcile(self, cluster: Cluster) -> list[Machine]:

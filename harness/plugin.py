@@ -11,15 +11,14 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from filelock import FileLock
 
 from providers import registry
-from providers.base import L_RUN
 
-from . import artifacts, junit, reaper
+from . import artifacts, junit, reaper, versions
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import artifacts_dir, configure, log
@@ -72,6 +71,7 @@ def _install_sigterm() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     configure()
     if not _is_worker(config):
+        _fail_on_bad_options(config)
         config._kh_run_id = os.environ.get("KUBE_HARNESS_RUN_ID") or uuid.uuid4().hex[:12]  # type: ignore
         # Prow layout: junit_*.xml under $ARTIFACTS when it is set
         if os.environ.get("ARTIFACTS") and not config.option.xmlpath:
@@ -79,6 +79,28 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.xmlpath = str(artifacts_dir() / f"junit_{suite}.xml")
     _install_sigterm()
     config._kh_controllers = []  # type: ignore[attr-defined]
+
+
+def _fail_on_bad_options(config: pytest.Config) -> None:
+    """The controller checks every harness option once, before anything
+    (workers, reaping, machines) starts: a usage error naming the option."""
+    if config.option.help:
+        return
+    try:
+        _check_options(config)
+    except SpecError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def _check_options(config: pytest.Config) -> None:
+    provider, version = config.getoption("provider"), config.getoption("kubernetes_version")
+    if provider and provider not in registry.names():
+        raise SpecError("--provider", provider, f"one of {registry.names()}")
+    if version and (why := versions.problem(version)):
+        raise SpecError("--kubernetes-version", version, why)
+    spec = _spec(config)  # --cluster-config: an existing, valid spec
+    from .build.nodeimage import check_option
+    check_option(config.getoption("node_image"), spec.provider)
 
 
 def _suite_name(config: pytest.Config) -> str:
@@ -114,11 +136,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if _is_worker(config) or config.getoption("no_reap") or config.getoption("collectonly"):
         return
     try:
-        spec = _spec(config)
-    except SpecError:
-        return  # reported when a fixture needs the spec
-    try:
-        reaper.reap(_provider_for(config, spec))
+        reaper.reap(_provider_for(config, _spec(config)))
     except Exception as e:  # no docker: tests that need it fail with a clear error
         log.warning(f"reaper skipped: {e}")
 
@@ -154,8 +172,6 @@ def _spec(config: pytest.Config) -> ClusterSpec:
     over: dict[str, Any] = {}
     if config.getoption("provider"):
         over["provider"] = config.getoption("provider")
-        if over["provider"] not in registry.names():
-            raise SpecError("--provider", over["provider"], f"one of {registry.names()}")
     if config.getoption("kubernetes_version"):
         over["version"] = config.getoption("kubernetes_version")
     if over:

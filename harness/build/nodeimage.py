@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..progress import phase
 from .. import versions
+from ..spec import SpecError
 from . import images, kube, runtime
 from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run
 
@@ -55,11 +56,25 @@ def sandbox_image(tags: list[str]) -> str:
     return pause[0]
 
 
+def image_problem(image: str) -> str | None:
+    """Why ``image`` cannot be a prebuilt node image (None when it exists locally)."""
+    if image_labels(image) is None:
+        return "an image in `docker images` (load or pull it first), or leave it unset to build one"
+    return None
+
+
+def check_option(image: str | None, provider: str) -> None:
+    """--node-image: SpecError unless the image exists locally (Docker provider;
+    others boot their own)."""
+    if image and provider == "docker" and (why := image_problem(image)):
+        raise SpecError("--node-image", image, why)
+
+
 def check_image(image: str) -> str:
     """A prebuilt node image the user named: it must exist locally."""
-    if image_labels(image) is None:
-        raise BuildError(f"node image {image!r} not found locally; allowed: an image in `docker images` "
-                         f"(load or pull it first), or leave it unset to build one")
+    why = image_problem(image)
+    if why:
+        raise BuildError(f"node image {image!r} not found locally; allowed: {why}")
     return image
 
 

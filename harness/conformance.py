@@ -53,6 +53,8 @@ SMOKE_SPECS = (
     "[sig-network] DNS should provide DNS for the cluster",
     "[sig-network] Networking Granular Checks: Pods should function for intra-pod communication: http",
     "[sig-cli] Kubectl client Kubectl version should check is all data is printed",
+    # pulls with imagePullPolicy: Always, from the in-cluster registry (harness.registry); v1.35+
+    "[sig-node] ImageVolume should succeed with pod and pull policy of Always",
 )
 
 MODES = ("parallel", "full", "smoke")
@@ -583,6 +585,7 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
                     dry_run: bool = False, extra_args: Sequence[str] = ()) -> ConformanceRun:
     """Build what is missing (e2e.test, ginkgo, images), load the images into
     the nodes, run the mode's phases, write Prow JUnit and return results."""
+    from . import registry
     from .build import e2eimages
     from .images_load import load_images
     from .progress import artifacts_dir
@@ -609,6 +612,9 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
         t = time.monotonic()
         load_images(cluster, tags.values())
         timings["load-images"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        registry.serve(cluster, tags.values(), e2eimages.REGISTRY)  # for imagePullPolicy: Always
+        timings["registry"] = round(time.monotonic() - t, 1)
 
     kubectl = ensure_kubectl(cluster)
     runner = E2ERunner(e2e_bin, cluster.kubeconfig_path, out_dir, repo_list=repo_list, ginkgo=ginkgo,

@@ -1,5 +1,6 @@
 """The node's container runtime from the Go module proxy at pinned versions:
-containerd (+ctr, containerd-shim-runc-v2), runc, the CNI plugins, crictl.
+containerd (+ctr, containerd-shim-runc-v2), runc, the CNI plugins, crictl,
+and the image registry (distribution) nodes pull the e2e images from.
 
 Each is ``GOBIN=... go install pkg@version``: the module's own go.mod, checked
 against the sum database. Output goes to $KUBE_HARNESS_CACHE/<name>/
@@ -23,6 +24,7 @@ from .cache import BuildError, cache_dir, digest, file_digest, log, produce, run
 from .kube import go_version
 
 RUNTIME_VERSIONS = {"containerd": "v2.4.2", "runc": "v1.5.3", "cni-plugins": "v1.9.0"}
+REGISTRY_VERSION = "v3.0.0"  # github.com/distribution/distribution/v3
 CNI_PLUGINS = ("main/loopback", "main/bridge", "main/ptp", "ipam/host-local", "meta/portmap", "meta/bandwidth",
                "meta/tuning", "meta/firewall")
 # one go install: (packages in the module, "" for its root; build tags; ldflags; cgo)
@@ -82,6 +84,16 @@ def build_crictl(version: str) -> Path:
     def check(b: Path) -> None:
         _check(b / "crictl", ["--version"], f"crictl version {version}")
     return _install("crictl", mod, version, [(("cmd/crictl",), "", ld, False)], check)
+
+
+def build_registry() -> Path:
+    """The OCI distribution registry (bin/registry), static."""
+    v, mod = REGISTRY_VERSION, "github.com/distribution/distribution/v3"
+    ld = f"-s -w -X {mod}/version.version={v}"
+
+    def check(b: Path) -> None:
+        _check(b / "registry", ["--version"], v)
+    return _install("registry", mod, v, [(("cmd/registry",), "", ld, False)], check)
 
 
 def build_runtime() -> dict[str, Path]:

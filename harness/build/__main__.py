@@ -1,4 +1,4 @@
-"""python -m harness.build --version v1.34.4 [--node-image] [--e2e] [--release-dir DIR]"""
+"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--release-dir DIR]"""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.build", description=__doc__)
     ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
-    ap.add_argument("--e2e", action="store_true", help="also build e2e.test, ginkgo and the e2e test images")
+    ap.add_argument("--e2e", action="store_true",
+                    help="also build e2e.test, ginkgo, the e2e test images and the registry that serves them")
     ap.add_argument("--release-dir", default=None,
                     help="use official release binaries from this directory ({version} is replaced) instead of "
                          "building; same as $KUBE_HARNESS_RELEASE_DIR")
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"e2e.test: {conformance.ensure_e2e(version)}")
             print(f"ginkgo: {conformance.ensure_ginkgo()}")
             e2eimages.build_e2e_images(version)
+            from .runtime import build_registry
+            print(f"registry: {build_registry()}")  # serves the e2e images in the cluster
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 1

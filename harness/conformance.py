@@ -53,8 +53,9 @@ SMOKE_SPECS = (
     "[sig-network] DNS should provide DNS for the cluster",
     "[sig-network] Networking Granular Checks: Pods should function for intra-pod communication: http",
     "[sig-cli] Kubectl client Kubectl version should check is all data is printed",
-    # pulls with imagePullPolicy: Always, from the in-cluster registry (harness.registry); v1.35+
-    "[sig-node] ImageVolume should succeed with pod and pull policy of Always",
+    # pulls with imagePullPolicy: Always, from the in-cluster registry (harness.registry); v1.37+
+    "[sig-auth] Projected PodCertificate [FeatureGate:PodCertificateRequest] [FeatureGate:ClusterTrustBundle] "
+    "[FeatureGate:ClusterTrustBundleProjection] should allow server and client pods to establish an mTLS connection",
 )
 
 MODES = ("parallel", "full", "smoke")

@@ -45,11 +45,9 @@ def test_binaries_report_the_version(kube_dir):
 def test_second_build_is_served_from_cache(kube_dir):
     marker = kube_dir / DONE
     before = marker.stat().st_mtime_ns
-    t0 = time.monotonic()
     again = kube.build_kubernetes(VERSION)
     assert again == kube_dir
-    assert time.monotonic() - t0 < 5
-    assert marker.stat().st_mtime_ns == before
+    assert marker.stat().st_mtime_ns == before  # nothing was built again
 
 
 def test_images_are_tagged_as_kubeadm_lists(kube_dir):
@@ -86,10 +84,10 @@ def test_component_images_run():
 
 
 def test_node_image_is_cached_and_preloaded():
-    t0 = time.monotonic()
     tag = nodeimage.build_node_image(VERSION)
-    assert time.monotonic() - t0 < 30  # everything cached
     dk = docker.from_env()
+    built = dk.images.get(tag).id
+    assert nodeimage.build_node_image(VERSION) == tag and dk.images.get(tag).id == built  # cached: same image
     img = dk.images.get(tag)
     assert img.labels["harness.k8s.io/kubernetes-version"] == VERSION
     assert "/var" not in (img.attrs["Config"].get("Volumes") or {})

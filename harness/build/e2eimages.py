@@ -74,7 +74,7 @@ CONFORMANCE_IMAGES = (
 )
 #: enough for the smoke subset
 SMOKE_IMAGES = ("Agnhost", "BusyBox", "Pause", "JessieDnsutils", "GlibcDnsTesting", "Httpd", "HttpdNew", "Nginx",
-                "NginxNew", "Kitten")
+                "NginxNew")
 
 #: registry keys that must keep their upstream (unreachable) value: tests
 #: expect pulls from them to fail, or they need credentials we do not have

@@ -13,12 +13,11 @@ artifacts: ``$ARTIFACTS/junit_conformance_e2e.xml`` (the specs),
 ``$ARTIFACTS/conformance/<phase>/`` (e2e.log, ginkgo-junit.xml, the e2e
 framework's junit_01.xml, command.txt) and ``repo-list.yaml``.
 
-Measured on the 2-core machine, 3-node Docker cluster (v1.34.4):
-cluster up ~2 min; e2e image build ~5 min first time, seconds cached;
-loading the 14 images into 3 nodes ~2 min (0.4 s when present); smoke ~2
-min of e2e; parallel mode: 395 non-[Serial] specs on 3 ginkgo nodes ~30
-min, then the 29 [Serial] ones ~19 min, i.e. about 55 min in all (full,
-serial mode: about 2 h).  Use ``--e2e-timeout`` above those (default 24h).
+Measured on the 2-core machine, 3-node Docker cluster (v1.37.2, 2026-12-03):
+cluster up ~1.5 min; loading the 13 images into 3 nodes ~40 s; smoke ~2 min
+of e2e; parallel mode: 433 non-[Serial] specs on 3 ginkgo nodes ~38 min,
+then the 29 [Serial] ones ~18 min, i.e. about 58 min in all.  Use
+``--e2e-timeout`` above those (default 24h).
 """
 from __future__ import annotations
 

@@ -192,7 +192,7 @@ class KubeadmBootstrapper:
         return "/kubelet" if r.ok else None
 
     def _cgroup_v1(self, cluster: Cluster, m: Machine) -> bool:
-        v1 = not cluster.provider.exec(m, preflight.CGROUP_V2_TEST, check=False, timeout=30).ok
+        v1 = preflight.cgroup_v1(cluster, m)
         if v1:
             preflight.warn_cgroup_v1(cluster.name)
         return v1

@@ -26,6 +26,11 @@ CGROUP_V2_TEST = ["test", "-f", "/sys/fs/cgroup/cgroup.controllers"]
 _warned = threading.Event()
 
 
+def cgroup_v1(cluster, machine) -> bool:
+    """Whether ``machine`` sees cgroup v1 ."""
+    return not cluster.provider.exec(machine, CGROUP_V2_TEST, check=False, timeout=30).ok
+
+
 def ignores(cgroup_v1: bool) -> tuple[str, ...]:
     return CONTAINER_IGNORES + (CGROUP_V1_IGNORES if cgroup_v1 else ())
 

@@ -50,7 +50,7 @@ def upgrade(cluster: Cluster, target: str, timeout: float = 900) -> None:
         for m in cps + workers:
             _install(cluster, m, bindir, ["kubeadm"])
     first, others = cps[0], cps[1:]
-    pf = preflight.args(not cluster.exec(first, preflight.CGROUP_V2_TEST, check=False).ok)
+    pf = preflight.args(preflight.cgroup_v1(cluster, first))
     with phase("upgrade-apply", cluster=cluster.name, machine=first.name):
         r = cluster.exec(first, ["kubeadm", "upgrade", "apply", "-y", target, *pf, "--v=1"], check=False,
                          timeout=timeout)

@@ -27,7 +27,7 @@ _warned = threading.Event()
 
 
 def cgroup_v1(cluster, machine) -> bool:
-    """Whether ``machine`` sees cgroup v1 ."""
+    """Whether ``machine`` sees cgroup v1."""
     return not cluster.provider.exec(machine, CGROUP_V2_TEST, check=False, timeout=30).ok
 
 

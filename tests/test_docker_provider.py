@@ -201,6 +201,8 @@ def test_stop_start(provider, cluster):
     provider.exec(m, ["sh", "-c", "echo keep > /var/lib/kh-marker && echo keep > /etc/kh-marker"])
     mid = provider.exec(m, ["cat", "/etc/machine-id"]).stdout
     provider.stop_machine(m)
+    # both views agree at once: the container list (list_machines) as well as inspect
+    assert {x.name: x.state for x in provider.list_machines(cluster.name, cluster.namespace)}[m.name] == "stopped"
     stopped = provider.get_machine(m.name)
     assert stopped.state == "stopped"
     assert not provider.health(stopped).running

@@ -11,7 +11,9 @@ Implements the controller's ``Bootstrapper`` protocol (``image``, ``init``,
 * ``join``: control planes one at a time (etcd grows one member at a time;
   kubeadm's join of a stacked-etcd member is not safe concurrently), with
   the certificate key of the uploaded certs; workers in parallel threads.
-* ``ready``: CNI routes synced, every node Ready, CoreDNS Running.
+* ``ready``: CNI routes synced, every node Ready, every control plane's
+  static pods (etcd, apiserver, controller-manager, scheduler) Ready,
+  kube-proxy on every node, CoreDNS Ready.
 * ``remove``: drain, ``kubeadm reset`` on control planes (leaves etcd),
   delete the Node.
 
@@ -363,13 +365,14 @@ class KubeadmBootstrapper:
     # ------------------------------------------------------------ ready
     def ready(self, cluster: Cluster) -> None:
         expected = {m.name for m in cluster.machines() if m.role in ("control-plane", "worker")}
+        control_planes = {m.name for m in cluster.control_planes}
         with phase("cni", cluster=cluster.name):
             self._wait_pod_cidrs(cluster, sorted(expected), timeout=120)
             cni.sync_routes(cluster)
         with phase("nodes-ready", cluster=cluster.name):
             self._wait_nodes_ready(cluster, expected, self.ready_timeout)
-        with phase("coredns", cluster=cluster.name):
-            self._wait_system_pods(cluster, expected, self.ready_timeout)
+        with phase("system-pods", cluster=cluster.name):
+            self._wait_system_pods(cluster, expected, control_planes, self.ready_timeout)
 
     def _wait_pod_cidrs(self, cluster: Cluster, names: list[str], timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -421,12 +424,20 @@ class KubeadmBootstrapper:
                            + "\n".join(f"  {k}: {v}" for k, v in sorted(state.items()))
                            + self._kubelet_tails(cluster, [k for k in state if k != "(api)"]))
 
-    def _wait_system_pods(self, cluster: Cluster, expected: set[str], timeout: float) -> None:
+    def _wait_system_pods(self, cluster: Cluster, expected: set[str], control_planes: set[str],
+                          timeout: float) -> None:
         end = time.monotonic() + timeout
         problems: list[str] = []
         while True:
             problems = []
             try:
+                static = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(
+                    "kube-system", label_selector="tier=control-plane").items}
+                for cp in sorted(control_planes):
+                    for c in CONTROL_PLANE_COMPONENTS:
+                        pod = static.get(f"{c}-{cp}")
+                        if pod is None or not _pod_ready(pod):
+                            problems.append(f"{c} on {cp}: {_pod_state(pod) if pod else 'no mirror pod'}")
                 dns = cluster.core.list_namespaced_pod("kube-system", label_selector="k8s-app=kube-dns").items
                 if not dns:
                     problems.append("no CoreDNS pods (k8s-app=kube-dns)")
@@ -658,6 +669,9 @@ def _redact(text: str) -> str:
             line = line.split(":", 1)[0] + ": <redacted>"
         out.append(line)
     return "\n".join(out)
+
+
+CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 def _pod_ready(pod) -> bool:

@@ -730,6 +730,15 @@ class DockerProvider(MachineProvider):
             self.api.stop(machine.name, timeout=int(self.options.get("stop_timeout", 30)))
         except derr.NotFound as e:
             raise ProviderError(f"{machine.name}: no such machine") from e
+        # the engine answers once the container stopped, but its container list (what
+        # list_machines reads) is updated a moment later, after the restart-policy check
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            listed = self.api.containers(all=True, filters={"name": f"^/{machine.name}$"})
+            if not listed or listed[0].get("State") != "running":
+                return
+            time.sleep(0.1)
+        raise ProviderError(f"{machine.name}: stopped, but still listed as running after 10s")
 
     def start_machine(self, machine: Machine) -> Machine:
         try:

@@ -48,8 +48,9 @@ def test_mirror_pods_running(cluster):
             assert "kubernetes.io/config.mirror" in (p.metadata.annotations or {})
             assert p.spec.node_name == m.name
             assert p.status.phase == "Running", f"{p.metadata.name}: {p.status.phase}"
-            ready = {c.type: c.status for c in p.status.conditions or []}
-            assert ready.get("Ready") == "True", f"{p.metadata.name} not Ready"
+            ready = {c.type: (c.status, c.message) for c in p.status.conditions or []}
+            restarts = {s.name: s.restart_count for s in p.status.container_statuses or []}
+            assert ready.get("Ready", ("",))[0] == "True", f"{p.metadata.name} not Ready: {ready}, restarts {restarts}"
 
 
 def _residual_days(s: str) -> float:

@@ -74,7 +74,7 @@ def test_remediation_refused_without_quorum(ha):
         checker = HealthChecker(ctl, cl, MachineHealthCheck(unhealthy_after=1, max_unhealthy=1.0))
         # the API is gone with quorum: findings come from the provider's view
         unhealthy = [f for f in checker.findings() if f.machine.role == "control-plane"]
-        assert {f.machine.name for f in unhealthy} == {m.name for m in down}
+        assert {f.machine.name for f in unhealthy} == {m.name for m in down}, [(m.name, m.state) for m in cl.machines()]
         assert checker.remediate() == []
         assert {m.name for m in cl.control_planes} >= {m.name for m in down}  # nothing deleted
     finally:

@@ -56,8 +56,9 @@ def run_inner(tmp_path, cfg, mode, *extra, wait=True, env_extra=None):
     env.pop("PYTEST_CURRENT_TEST", None)
     cmd = [sys.executable, "-m", "pytest", str(INNER), "-p", "no:cacheprovider", "-q",
            "--rootdir", str(ROOT), "-o", "python_files=*.py", "--cluster-config", str(cfg), *extra]
+    # SIGINT as a terminal gives it, even when this runs as a background job (which ignores it)
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if not wait:
         return p, mark
     out, _ = p.communicate(timeout=600)

@@ -369,6 +369,26 @@ def test_machine_options(provider, cluster, tmp_path):
     assert provider.exec(m, ["sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep KH_TEST"]).stdout == "KH_TEST=1\n"
 
 
+def test_shared_network(provider, cluster, client):
+    """Option ``networks``: the node joins a network outside its cluster (made if missing,
+    reachable under the machine's name), which outlives the cluster's infrastructure."""
+    shared = f"kh-shared-{uuid.uuid4().hex[:6]}"
+    try:
+        m = cluster.machine("w-1", networks=[shared])
+        nets = client.api.inspect_container(m.name)["NetworkSettings"]["Networks"]
+        assert set(nets) == {network_name(cluster.name, NS), shared}
+        assert m.ip == nets[network_name(cluster.name, NS)]["IPAddress"]  # its own network comes first
+        peer = client.containers.run(image=cluster.image, entrypoint=["getent", "hosts", m.name], network=shared,
+                                     remove=True)
+        assert peer.split()[0].decode() == nets[shared]["IPAddress"]
+        provider.delete_machine(m)
+        provider.delete_infrastructure(cluster.name, NS)
+        assert client.networks.list(names=[shared])  # not the cluster's: stays
+    finally:
+        for n in client.networks.list(names=[shared]):
+            n.remove()
+
+
 def test_unprivileged_fallback_boots(provider, cluster, client):
     """privileged: false, the documented fallback for engines that cannot run
     privileged containers: every capability, no --privileged, still boots."""

@@ -80,6 +80,8 @@ def test_default_config_shape():
     ("spec.provider.options", {"mtu": 100}, "spec.provider.options.mtu", "576 to 9216"),
     ("spec.provider.options", {"subnet": "172.30.0.1/16"}, "spec.provider.options.subnet", "CIDR"),
     ("spec.provider.options", {"memory": "lots"}, "spec.provider.options.memory", "2g"),
+    ("spec.provider.options", {"networks": "kind"}, "spec.provider.options.networks", "list of distinct Docker"),
+    ("spec.provider.options", {"networks": ["kind", "kind"]}, "spec.provider.options.networks", "distinct"),
     ("spec.provider.options", {"boot_timeout": True}, "spec.provider.options.boot_timeout", "number"),
     ("spec.provider.options", {"extra_mounts": [{"host_path": "/no/such/dir", "container_path": "/x"}]},
      "spec.provider.options.extra_mounts[0].host_path", "existing path"),
@@ -196,7 +198,7 @@ def test_good_provider_options_pass():
             "cpus": 1.5, "env": {"A": "1"}, "extra_mounts": [{"hostPath": "/tmp", "containerPath": "/mnt",
                                                               "propagation": "HostToContainer"}],
             "extra_ports": [{"containerPort": 80, "hostPort": 0, "protocol": "UDP"}],
-            "roles": {"worker": {"memory": "1g"}}}
+            "roles": {"worker": {"memory": "1g"}}, "networks": ["kind"]}
     assert parse(mutate("spec.provider.options", opts), "t.yaml", PROVIDERS).provider_options == opts
 
 

@@ -48,6 +48,14 @@ def _subnet(v: Any) -> str | None:
         return "a network in CIDR form, e.g. 172.30.0.0/16"
 
 
+NETWORK_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+
+
+def _networks(v: Any) -> str | None:
+    ok = isinstance(v, list) and all(isinstance(n, str) and NETWORK_RE.match(n) for n in v) and len(set(v)) == len(v)
+    return None if ok else 'a list of distinct Docker network names, e.g. ["kind"]'
+
+
 def _memory(v: Any) -> str | None:
     ok = (isinstance(v, int) and not isinstance(v, bool) and v > 0) or (isinstance(v, str) and MEMORY_RE.match(v))
     return None if ok else 'bytes, or docker syntax like "2g", "512m"'
@@ -65,7 +73,7 @@ SCALARS: dict[str, Callable[[Any], str | None]] = {
     "privileged": _one_of("auto", True, False),
     "boot_timeout": _num(1), "stop_timeout": _num(0, integer=True), "wait": _bool,
     "subnet": _subnet, "mtu": _num(576, 9216, integer=True),
-    "memory": _memory, "cpus": _num(0.01), "env": _env,
+    "memory": _memory, "cpus": _num(0.01), "env": _env, "networks": _networks,
 }
 MOUNT_KEYS = ["host_path", "hostPath", "container_path", "containerPath", "readonly", "readOnly", "propagation"]
 PORT_KEYS = ["container_port", "containerPort", "host_port", "hostPort", "listen_address", "listenAddress", "protocol"]

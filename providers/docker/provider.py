@@ -36,6 +36,10 @@ Provider options (``spec.provider.options``; they also arrive as
     list of ``{"host_path", "container_path", "readonly": false,
     "propagation": "private|rslave|rshared"}`` (camelCase ``hostPath`` /
     ``containerPath`` as in kind's config are accepted too).
+``networks``
+    more Docker networks every node joins (made if missing, shared, never
+    deleted with a cluster), e.g. ``["kind"]`` for a management cluster
+    whose CAPD puts workload clusters on CAPD's network "kind".
 ``extra_ports``
     list of ``{"container_port", "host_port": 0, "listen_address":
     "127.0.0.1", "protocol": "tcp"}``; host_port 0 picks a free port.
@@ -218,6 +222,23 @@ class DockerProvider(MachineProvider):
             raise ProviderError(f"network {name} vanished right after creation")
         return nets[0]
 
+    def _ensure_shared_network(self, name: str) -> str:
+        """A network machines of any cluster may join (option ``networks``, e.g. CAPD's
+        "kind"): made if missing, owned by no cluster, so never deleted with one."""
+        with self._host_lock(f"network-{name}"):
+            found = self.api.networks(names=[name])
+            found = [n for n in found if n["Name"] == name]
+            if found:
+                return found[0]["Id"]
+            opts = {"com.docker.network.bridge.enable_ip_masquerade": "true",
+                    "com.docker.network.driver.mtu": str(self.options.get("mtu", 1500))}
+            log.info(f"created shared network {name}", extra={"phase": "infrastructure"})
+            return self.api.create_network(name, driver="bridge", options=opts)["Id"]
+
+    def _connect(self, container: str, name: str, networks: list[str]) -> None:
+        for n in networks:
+            self.api.connect_container_to_network(container, n, aliases=[name])
+
     @contextlib.contextmanager
     def _host_lock(self, what: str) -> Iterator[None]:
         from filelock import FileLock
@@ -293,7 +314,9 @@ class DockerProvider(MachineProvider):
         host.update(priv)
         container = dict(hostname=spec.name, labels=labels, tty=True, environment=env, stop_signal="SIGRTMIN+3")
         try:
-            self._create_and_start(spec.name, spec.image, net["Id"], ports_spec, container, host, raw_host)
+            extra = [self._ensure_shared_network(n) for n in opts.get("networks") or []]
+            self._create_and_start(spec.name, spec.image, net["Id"], ports_spec, container, host, raw_host,
+                                   before_start=lambda cid: self._connect(cid, spec.name, extra))
         except BaseException:
             with contextlib.suppress(Exception):
                 if self.get_machine(spec.name) is None:  # nothing uses it: do not leave it behind

@@ -1,4 +1,4 @@
-"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--release-dir DIR]"""
+"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--capi] [--release-dir DIR]"""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
     ap.add_argument("--e2e", action="store_true",
                     help="also build e2e.test, ginkgo, the e2e test images and the registry that serves them")
+    ap.add_argument("--capi", action="store_true",
+                    help="also build the upstream Cluster API managers, clusterctl, kustomize, the providers' "
+                         "components and the managers' images (ci/capi-build)")
     ap.add_argument("--release-dir", default=None,
                     help="use official release binaries from this directory ({version} is replaced) instead of "
                          "building; same as $KUBE_HARNESS_RELEASE_DIR")
@@ -43,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
             e2eimages.build_e2e_images(version)
             from .runtime import build_registry
             print(f"registry: {build_registry()}")  # serves the e2e images in the cluster
+        if a.capi:
+            from . import capi
+            cd = capi.build_capi()
+            print(f"cluster-api: {cd}")
+            for provider, tag in capi.build_capi_images(cd).items():
+                print(f"image: {tag} ({provider})")
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 1

@@ -101,10 +101,10 @@ def test_second_build_is_a_cache_hit(built):
 def test_manager_images_run(built):
     dk = docker.from_env()
     tags = capi.build_capi_images(built)
-    assert tags == {"core": f"kube-harness/capi-core-controller:{CORE}",
-                    "bootstrap-kubeadm": f"kube-harness/capi-bootstrap-kubeadm-controller:{CORE}",
-                    "control-plane-kubeadm": f"kube-harness/capi-control-plane-kubeadm-controller:{CORE}",
-                    "infrastructure-docker": f"kube-harness/capi-infrastructure-docker-controller:{CAPD}"}
+    assert tags == {"core": f"registry.k8s.io/cluster-api/cluster-api-controller:{CORE}",
+                    "bootstrap-kubeadm": f"registry.k8s.io/cluster-api/kubeadm-bootstrap-controller:{CORE}",
+                    "control-plane-kubeadm": f"registry.k8s.io/cluster-api/kubeadm-control-plane-controller:{CORE}",
+                    "infrastructure-docker": f"registry.k8s.io/cluster-api/capd-manager:{CAPD}"}
     ids = {t: dk.images.get(t).id for t in tags.values()}
     assert capi.build_capi_images(built) == tags and {t: dk.images.get(t).id for t in tags.values()} == ids  # cached
     for provider, tag in tags.items():

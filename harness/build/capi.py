@@ -32,7 +32,10 @@ CORE_MODULE = "sigs.k8s.io/cluster-api"
 TEST_MODULE = "sigs.k8s.io/cluster-api/test"  # CAPD lives here
 KUSTOMIZE_MODULE = "sigs.k8s.io/kustomize/kustomize/v5"
 VERSION_PKG = "sigs.k8s.io/cluster-api/version"
-IMAGE_REPOSITORY = "kube-harness"
+#: where upstream releases the managers' images; clusterctl wants canonical names
+IMAGE_REPOSITORY = "registry.k8s.io/cluster-api"
+IMAGE_NAMES = {"core": "cluster-api-controller", "bootstrap-kubeadm": "kubeadm-bootstrap-controller",
+               "control-plane-kubeadm": "kubeadm-control-plane-controller", "infrastructure-docker": "capd-manager"}
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,8 @@ def provider_versions() -> dict[str, str]:
 
 
 def image_tag(provider: str) -> str:
-    return f"{IMAGE_REPOSITORY}/capi-{provider}-controller:{provider_versions()[provider]}"
+    """The upstream release's image name, e.g. registry.k8s.io/cluster-api/capd-manager:v1.13.7."""
+    return f"{IMAGE_REPOSITORY}/{IMAGE_NAMES[provider]}:{provider_versions()[provider]}"
 
 
 def build_capi_images(capi_dir: Path | None = None) -> dict[str, str]:

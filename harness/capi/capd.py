@@ -7,12 +7,15 @@ never needs a registry when the images are there:
   customImage); the harness's node image is tagged so;
 * load balancers: ``kindest/haproxy:<tag>`` (CAPD's default repository and
   tag), running ``haproxy -W -db -f /usr/local/etc/haproxy/haproxy.cfg``:
-  the node base image's haproxy, with that as its command and no ``VOLUME``
+  the node base image's haproxy, with that as its command (its connection
+  limit fitted to the container's descriptor limit, see
+  :data:`HAPROXY_WRAPPER`) and no ``VOLUME``
   (CAPD removes the container, an anonymous volume would stay behind).
 """
 from __future__ import annotations
 
 import io
+import tarfile
 
 import docker
 
@@ -21,7 +24,18 @@ from providers.docker.nodeimage.base import build_base_image
 NODE_REPOSITORY = "kindest/node"
 #: CAPD's loadbalancer.DefaultImageRepository / DefaultImageTag (test/infrastructure/docker/internal/loadbalancer)
 LB_IMAGE = "kindest/haproxy:v20230606-42a2262b"
+LB_RECIPE = "3"  # bump when the image's recipe changes
 HAPROXY_CONFIG = "/usr/local/etc/haproxy/haproxy.cfg"
+#: CAPD starts "haproxy -W -db -f <config>" itself. Its config asks for maxconn
+#: 100000 (200k descriptors); where the container's hard limit is lower (20000
+#: on this host) haproxy 2.6 refuses to start. This wrapper, first in PATH, fits
+#: the limit with -n (which wins over the config, and stays on reloads).
+HAPROXY_WRAPPER = """#!/bin/sh
+h=$(ulimit -Hn); n=100000
+if [ "$h" != unlimited ] && [ $((h / 2 - 500)) -lt $n ]; then n=$((h / 2 - 500)); fi
+exec /usr/sbin/haproxy -n "$n" "$@"
+"""
+WRAPPER_PATH = "/usr/local/sbin/haproxy"
 
 
 def tag_node_image(image: str, version: str) -> str:
@@ -41,16 +55,26 @@ def build_lb_image() -> str:
     client = docker.from_env()
     try:
         try:
-            if client.images.get(LB_IMAGE).labels.get("harness.k8s.io/base") == base:
+            labels = client.images.get(LB_IMAGE).labels or {}
+            if labels.get("harness.k8s.io/base") == base and labels.get("harness.k8s.io/recipe") == LB_RECIPE:
                 return LB_IMAGE
         except docker.errors.ImageNotFound:
             pass
         dockerfile = (f"FROM {base}\n"
+                      f"COPY haproxy {WRAPPER_PATH}\n"
                       "ENTRYPOINT []\n"
                       f'CMD ["haproxy", "-W", "-db", "-f", "{HAPROXY_CONFIG}"]\n'
                       "STOPSIGNAL SIGTERM\n"
-                      f'LABEL harness.k8s.io/image="capd-haproxy" harness.k8s.io/base="{base}"\n')
-        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=LB_IMAGE, rm=True, forcerm=True,
+                      f'LABEL harness.k8s.io/image="capd-haproxy" harness.k8s.io/base="{base}" '
+                      f'harness.k8s.io/recipe="{LB_RECIPE}"\n')
+        context = io.BytesIO()
+        with tarfile.open(fileobj=context, mode="w") as tf:
+            for name, data, mode in (("Dockerfile", dockerfile, 0o644), ("haproxy", HAPROXY_WRAPPER, 0o755)):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data.encode()), mode
+                tf.addfile(info, io.BytesIO(data.encode()))
+        context.seek(0)
+        client.images.build(fileobj=context, custom_context=True, tag=LB_IMAGE, rm=True, forcerm=True,
                             pull=False, nocache=True)
         return LB_IMAGE
     finally:

@@ -140,6 +140,7 @@ fix_cgroup() {
   self=$(grep -E '^[^:]*:([^:]*,)?cpu(,[^,:]*)?:' /proc/self/cgroup | head -n1 | cut -d: -f3)
   if [[ "$self" == "/" ]]; then
     info "private cgroup namespace: no cgroup fix-ups needed"
+    kubelet_cgroup_roots "$(findmnt -rn -o TARGET -t cgroup | grep_ok '^/sys/fs/cgroup/')"
     return
   fi
   warn "no cgroup namespace (cgroup path $self): applying cgroup v1 fix-ups"
@@ -175,17 +176,23 @@ fix_cgroup() {
     done
   fi
 
-  # Nested kubelets must not manage cgroups they do not own: give them the
-  # /kubelet cgroup-root (kubelet.slice under the systemd driver) in every
-  # hierarchy, including name=systemd.
+  kubelet_cgroup_roots "$scoped"
+}
+
+# Nested kubelets must not manage cgroups they do not own: a kubelet given
+# --cgroup-root=/kubelet (as kind's and CAPD's configs do; kubelet.slice under
+# the systemd driver) finds that root in every v1 hierarchy ($1: their mount
+# points), name=systemd included. Unused when the kubelet has no cgroup-root.
+kubelet_cgroup_roots() {
+  local mnt
   mount --make-rprivate /sys/fs/cgroup
-  if [[ -n "$scoped" ]]; then
+  if [[ -n "$1" ]]; then
     while IFS= read -r mnt; do
       kubelet_cgroup_root /kubelet "$mnt"
       kubelet_cgroup_root /kubelet.slice "$mnt"
-    done <<<"$scoped"
+    done <<<"$1"
   fi
-  if [[ "$scoped" != */sys/fs/cgroup/systemd* ]] && [[ -d /sys/fs/cgroup/systemd ]]; then
+  if [[ "$1" != */sys/fs/cgroup/systemd* ]] && [[ -d /sys/fs/cgroup/systemd ]]; then
     kubelet_cgroup_root /kubelet.slice /sys/fs/cgroup/systemd
   fi
 }

@@ -1,0 +1,201 @@
+"""A workload cluster made by the Cluster API controllers from a cluster
+template, the way a provider author's users make one.
+
+``clusterctl generate cluster`` renders the template (or flavor) of the
+infrastructure provider with its variables; the harness adjusts it for the
+host (:func:`host_patches`), applies it to the management cluster, waits
+for the control plane and the MachineDeployments (dumping ``clusterctl
+describe`` on timeout), writes the kubeconfig from the
+``<cluster>-kubeconfig`` Secret and installs its CNI as a DaemonSet. Nothing
+here knows which infrastructure provider made the machines.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config as kconfig
+
+from harness.cluster import Cluster
+from harness.kubeadm import cni_daemonset, preflight
+from harness.progress import phase
+
+from .clusterctl import Clusterctl, ClusterctlError
+
+log = logging.getLogger("harness.capi")
+
+CAPI_GROUP, CAPI_VERSION = "cluster.x-k8s.io", "v1beta2"
+KCP_GROUP = "controlplane.cluster.x-k8s.io"
+
+
+class WorkloadError(Exception):
+    pass
+
+
+@dataclass
+class Workload:
+    name: str
+    namespace: str
+    kubeconfig_path: Path
+    objects: list[dict]  # what was applied to the management cluster
+
+    def api_client(self) -> client.ApiClient:
+        return kconfig.new_client_from_config(str(self.kubeconfig_path))
+
+
+def _kubeadm_specs(doc: dict) -> list[dict]:
+    """The KubeadmConfigSpec(s) inside a CABPK/KCP object or template."""
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    if kind == "KubeadmControlPlane":
+        return [spec.setdefault("kubeadmConfigSpec", {})]
+    if kind == "KubeadmControlPlaneTemplate":
+        return [spec.setdefault("template", {}).setdefault("spec", {}).setdefault("kubeadmConfigSpec", {})]
+    if kind == "KubeadmConfigTemplate":
+        return [spec.setdefault("template", {}).setdefault("spec", {})]
+    if kind == "KubeadmConfig":
+        return [spec]
+    return []
+
+
+def host_patches(docs: list[dict], cgroup_v1: bool) -> list[dict]:
+    """What kubeadm nodes need on this host, as the direct mode gives it
+    (:mod:`harness.kubeadm.preflight`): the preflight checks that fail in any
+    node container are ignored; on a cgroup v1 host the kubelet runs with
+    ``--fail-cgroupv1=false`` and SystemVerification is ignored too."""
+    out = copy.deepcopy(docs)
+    ignores = list(preflight.ignores(cgroup_v1))
+    for doc in out:
+        for spec in _kubeadm_specs(doc):
+            for section in ("initConfiguration", "joinConfiguration"):
+                reg = spec.setdefault(section, {}).setdefault("nodeRegistration", {})
+                have = reg.setdefault("ignorePreflightErrors", [])
+                have += [i for i in ignores if i not in have]
+                if cgroup_v1:
+                    args = reg.setdefault("kubeletExtraArgs", [])
+                    if not any(a.get("name") == "fail-cgroupv1" for a in args):
+                        args.append({"name": "fail-cgroupv1", "value": "false"})
+    return out
+
+
+def _cluster_network(docs: list[dict], name: str) -> tuple[str, str]:
+    cl = next((d for d in docs if d.get("kind") == "Cluster" and d["metadata"]["name"] == name), None)
+    if cl is None:
+        raise WorkloadError(f"the generated template has no Cluster named {name!r}")
+    net = (cl.get("spec") or {}).get("clusterNetwork") or {}
+    pods = (net.get("pods") or {}).get("cidrBlocks") or []
+    services = (net.get("services") or {}).get("cidrBlocks") or []
+    if not pods:
+        raise WorkloadError(f"Cluster {name}: spec.clusterNetwork.pods.cidrBlocks is empty; the harness's CNI "
+                            f"needs the pod network")
+    return pods[0], services[0] if services else ""
+
+
+def _replicas(custom: client.CustomObjectsApi, name: str, namespace: str) -> tuple[str, bool]:
+    """(progress line, whether every control plane and worker machine is up to date and ready)."""
+    sel = f"cluster.x-k8s.io/cluster-name={name}"
+    kcps = custom.list_namespaced_custom_object(KCP_GROUP, CAPI_VERSION, namespace, "kubeadmcontrolplanes",
+                                                label_selector=sel)["items"]
+    mds = custom.list_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, namespace, "machinedeployments",
+                                               label_selector=sel)["items"]
+    parts, done = [], bool(kcps)
+    for o in kcps + mds:
+        want, st = (o.get("spec") or {}).get("replicas", 0), o.get("status") or {}
+        ready, upd = st.get("readyReplicas", 0), st.get("upToDateReplicas", 0)
+        parts.append(f"{o['kind']} {o['metadata']['name']} {ready}/{want} ready")
+        done = done and ready == want and upd == want
+    return "; ".join(parts) or "no KubeadmControlPlane yet", done
+
+
+def create(ctl: Clusterctl, management: Cluster, name: str, namespace: str, kubernetes_version: str,
+           control_planes: int = 1, workers: int = 1, flavor: str = "", state_dir: Path | None = None,
+           timeout: float = 900) -> Workload:
+    """Generate, apply and wait (see module doc)."""
+    with phase("capi-workload", cluster=name):
+        raw = ctl.generate_cluster(name, namespace, kubernetes_version, control_planes, workers, flavor)
+        cgroup_v1 = preflight.cgroup_v1(management, management.control_planes[0])
+        docs = host_patches([d for d in yaml.safe_load_all(raw) if d], cgroup_v1)
+        pods, services = _cluster_network(docs, name)
+        body = yaml.safe_dump_all(docs, sort_keys=False).encode()
+        management.kubectl("create", "namespace", namespace, check=False)
+        management.kubectl("apply", "--server-side", "-f", "-", input=body, timeout=120)
+        try:
+            return _wait(ctl, management, name, namespace, docs, pods, services, state_dir, timeout)
+        except BaseException:
+            # the controllers take back what they made (machines, load balancer)
+            with contextlib.suppress(Exception):
+                delete(management, Workload(name, namespace, Path(), docs), timeout=300)
+            raise
+
+
+def _wait(ctl: Clusterctl, management: Cluster, name: str, namespace: str, docs: list[dict], pods: str,
+          services: str, state_dir: Path | None, timeout: float) -> Workload:
+    """Wait for the machines, installing the CNI once the workload API answers."""
+    custom = client.CustomObjectsApi(management.api_client())
+    state_dir = state_dir or management.state_dir.parent / f"{namespace}-{name}"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = state_dir / "kubeconfig"
+    end = time.monotonic() + timeout
+    cni_installed, last = False, ""
+    with phase("capi-machines", cluster=name):
+        while True:
+            line, done = _replicas(custom, name, namespace)
+            if line != last:
+                log.info(line, extra={"cluster": name, "phase": "capi-machines"})
+                last = line
+            if not cni_installed:
+                try:
+                    kubeconfig.write_text(ctl.kubeconfig_of(name, namespace))
+                    api = kconfig.new_client_from_config(str(kubeconfig))
+                    cni_daemonset.install(api, pods, services, _kube_proxy_image(api))
+                    cni_installed = True
+                    log.info(f"CNI DaemonSet installed (pods {pods})", extra={"cluster": name, "phase": "cni"})
+                except Exception as e:  # no kubeconfig or API yet
+                    log.debug(f"CNI not installed yet: {type(e).__name__}: {str(e)[:200]}")
+            if done and cni_installed:
+                break
+            if time.monotonic() > end:
+                raise WorkloadError(f"workload cluster {namespace}/{name} not ready after {timeout:.0f}s "
+                                    f"({line}):\n{_describe(ctl, name, namespace)}")
+            time.sleep(5)
+    return Workload(name, namespace, kubeconfig, docs)
+
+
+def _kube_proxy_image(api: client.ApiClient) -> str:
+    ds = client.AppsV1Api(api).read_namespaced_daemon_set("kube-proxy", "kube-system")
+    return ds.spec.template.spec.containers[0].image
+
+
+def _describe(ctl: Clusterctl, name: str, namespace: str) -> str:
+    try:
+        return ctl.describe(name, namespace)
+    except ClusterctlError as e:
+        return f"(clusterctl describe failed: {e})"
+
+
+def delete(management: Cluster, workload: Workload, timeout: float = 600) -> None:
+    """Delete the Cluster and wait until the controllers removed it (and with it its machines)."""
+    custom = client.CustomObjectsApi(management.api_client())
+    with phase("capi-delete", cluster=workload.name):
+        try:
+            custom.delete_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, workload.namespace, "clusters",
+                                                   workload.name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                custom.get_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, workload.namespace, "clusters",
+                                                    workload.name)
+            except client.ApiException as e:
+                if e.status == 404:
+                    return
+                raise
+            if time.monotonic() > end:
+                raise WorkloadError(f"Cluster {workload.namespace}/{workload.name} still there after {timeout:.0f}s")
+            time.sleep(3)

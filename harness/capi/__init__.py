@@ -1,10 +1,17 @@
-"""Cluster API management mode.
+"""Cluster API mode.
 
-The harness acts against a real management cluster: it installs the Cluster
-API CRDs (the real ones, fetched by version from the Go module proxy) and the
-harness's own infrastructure CRDs, applies namespaced Cluster /
-MachineDeployment objects rendered from a :class:`harness.spec.ClusterSpec`,
-and waits for *any* Cluster API machine controller to reconcile them.
+The real providers (core, kubeadm bootstrap, KubeadmControlPlane, CAPD),
+built from the Go module proxy (:mod:`harness.build.capi`):
+
+* :mod:`.repository` - a local clusterctl repository of them;
+* :mod:`.install` - ``clusterctl init`` into a management cluster;
+* :mod:`.certificates` - webhook certificates in place of cert-manager;
+* :mod:`.clusterctl` - the clusterctl runner;
+* :mod:`.workload` - a workload cluster from a cluster template;
+* :mod:`.capd` - the images CAPD starts (node, load balancer).
+
+The Python imitation, to be retired (suites/capi/test_management.py): the
+harness's own infrastructure CRDs and Docker machine controller:
 
 * :mod:`.crds` - fetch/cache the CAPI CRDs, load ours, validate objects
   against their openAPI schemas;

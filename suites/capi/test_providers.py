@@ -185,6 +185,27 @@ def test_workload_runs_pods_across_nodes(workload):
     assert ds.status.number_ready == ds.status.desired_number_scheduled == 2
 
 
+def test_scale_machine_deployment_up_and_down(workload):
+    """Through the Cluster's topology, as a user of the ClusterClass would: the topology
+    controller sets the MachineDeployment's replicas, CAPD makes or removes the machine, and
+    the Node joins or leaves."""
+    mgmt, wl = workload
+    custom = client.CustomObjectsApi(mgmt.api_client())
+    core = client.CoreV1Api(wl.api_client())
+
+    def scale(n: int) -> None:
+        cl = custom.get_namespaced_custom_object("cluster.x-k8s.io", "v1beta2", wl.namespace, "clusters", wl.name)
+        mds = cl["spec"]["topology"]["workers"]["machineDeployments"]
+        mds[0]["replicas"] = n
+        custom.patch_namespaced_custom_object("cluster.x-k8s.io", "v1beta2", wl.namespace, "clusters", wl.name,
+                                              {"spec": {"topology": {"workers": {"machineDeployments": mds}}}})
+        until(lambda: len([x for x in core.list_node().items if node_ready(x)]) == 1 + n
+              and len(core.list_node().items) == 1 + n, 420, f"{1 + n} Ready nodes")
+
+    scale(2)
+    scale(1)
+
+
 def test_delete_leaves_nothing_in_docker(workload):
     """Deleting the Cluster makes the controllers remove every machine and the load balancer."""
     mgmt, wl = workload

@@ -206,6 +206,39 @@ def test_scale_machine_deployment_up_and_down(workload):
     scale(1)
 
 
+def test_machine_health_check_replaces_a_stopped_worker(workload):
+    """The MachineDeployment's health check (the quick-start ClusterClass's, with the timeouts
+    shortened through the Cluster's topology): a worker whose machine stops goes NotReady, the
+    MachineHealthCheck marks it, its MachineSet deletes it and a new worker joins."""
+    mgmt, wl = workload
+    import docker
+    custom = client.CustomObjectsApi(mgmt.api_client())
+    core = client.CoreV1Api(wl.api_client())
+    cl = custom.get_namespaced_custom_object("cluster.x-k8s.io", "v1beta2", wl.namespace, "clusters", wl.name)
+    mds = cl["spec"]["topology"]["workers"]["machineDeployments"]
+    mds[0]["healthCheck"] = {"enabled": True, "checks": {"unhealthyNodeConditions": [
+        {"type": "Ready", "status": "Unknown", "timeoutSeconds": 20},
+        {"type": "Ready", "status": "False", "timeoutSeconds": 20}]}}
+    custom.patch_namespaced_custom_object("cluster.x-k8s.io", "v1beta2", wl.namespace, "clusters", wl.name,
+                                          {"spec": {"topology": {"workers": {"machineDeployments": mds}}}})
+    until(lambda: custom.list_namespaced_custom_object(
+        "cluster.x-k8s.io", "v1beta2", wl.namespace, "machinehealthchecks")["items"], 120, "a MachineHealthCheck")
+    workers = [n.metadata.name for n in core.list_node().items
+               if "node-role.kubernetes.io/control-plane" not in (n.metadata.labels or {})]
+    assert len(workers) == 1, workers
+    dk = docker.from_env()
+    try:
+        dk.containers.get(workers[0]).stop(timeout=5)  # CAPD names the container after the machine
+    finally:
+        dk.close()
+
+    def replaced() -> bool:
+        nodes = core.list_node().items
+        names = {n.metadata.name for n in nodes}
+        return workers[0] not in names and len(nodes) == 2 and all(node_ready(n) for n in nodes)
+    until(replaced, 600, f"{workers[0]} replaced by a new Ready worker")
+
+
 def test_delete_leaves_nothing_in_docker(workload):
     """Deleting the Cluster makes the controllers remove every machine and the load balancer."""
     mgmt, wl = workload

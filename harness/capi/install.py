@@ -33,6 +33,7 @@ from harness.build.kube import go_env
 from harness.cluster import Cluster
 from harness.images_load import load_images
 from harness.progress import phase
+from harness.waits import until
 
 from .certificates import CertificateIssuer
 from .clusterctl import Clusterctl
@@ -79,27 +80,12 @@ def apply_crds(api: client.ApiClient, crds: list[dict]) -> None:
             if e.status != 409:
                 raise
     for crd in crds:
-        _until(lambda n=crd["metadata"]["name"]: _established(ext, n), 60, f"CRD {crd['metadata']['name']}")
+        until(lambda n=crd["metadata"]["name"]: _established(ext, n), 60, f"CRD {crd['metadata']['name']}")
 
 
 def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
     conds = ext.read_custom_resource_definition(name).status.conditions or []
     return any(c.type == "Established" and c.status == "True" for c in conds)
-
-
-def _until(check, timeout: float, what: str, interval: float = 2.0):
-    end = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            v = check()
-            if v:
-                return v
-        except ApiException as e:
-            last = f"{e.status} {e.reason}"
-        if time.monotonic() > end:
-            raise InstallError(f"{what}: not ready after {timeout:.0f}s" + (f" (last error: {last})" if last else ""))
-        time.sleep(interval)
 
 
 def provider_namespaces(repo: Repository) -> list[str]:

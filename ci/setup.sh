@@ -5,7 +5,8 @@
 #   bash ci/setup.sh        what the main job needs (Kubernetes, node image)
 #   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
 #                           version the upgrade test starts from (what ci/test.sh runs), and the
-#                           upstream Cluster API controllers (ci/capi-build)
+#                           upstream Cluster API controllers (ci/capi-build) with the version
+#                           their workload clusters run (configs/capi.yaml)
 # Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z (default:
 # harness/versions.py's), KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_CAPI=1 the Cluster API
 # controllers, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z the upgrade-from version (--all: the previous minor
@@ -52,6 +53,13 @@ if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
   if [ -n "${KUBE_HARNESS_UPGRADE_FROM:-}" ]; then
     log "building the upgrade-from version ${KUBE_HARNESS_UPGRADE_FROM}"
     python3 -m harness.build --version "$KUBE_HARNESS_UPGRADE_FROM" --node-image
+  fi
+  if [ "${KUBE_HARNESS_CAPI:-0}" = 1 ]; then
+    capi_version=$(python3 -c "from harness.spec import load; print(load('configs/capi.yaml').version)")
+    capi_args=(--version "$capi_version" --node-image)
+    [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && capi_args+=(--e2e)
+    log "building the Cluster API mode's version ${capi_version} (configs/capi.yaml)"
+    python3 -m harness.build "${capi_args[@]}"
   fi
 fi
 log "ready"

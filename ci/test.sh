@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command. Three pytest runs, each with its own Prow JUnit:
+# The README's test command. Four pytest runs, each with its own Prow JUnit:
 #   1. the harness's own tests (real Docker engine, bare machines, builds)
-#   2. the real-cluster suites sharing one session cluster: kubeadm, the
-#      conformance smoke subset, Cluster API management mode
+#   2. the real-cluster suites sharing one session cluster (direct mode):
+#      kubeadm, the conformance smoke subset
 #   3. lifecycle (scale, repair, faults, upgrade) on clusters of their own
+#   4. Cluster API mode: the same kubeadm, smoke and lifecycle (scale, faults)
+#      suites on clusters the real controllers make, and suites/capi, sharing
+#      one management cluster
 # Extra arguments go to every pytest run. Exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +23,8 @@ step() {
   [ $r -eq 0 ] || rc=$r
 }
 step harness tests "$@"
-cluster_suites=(suites/kubeadm)
-[ -d suites/conformance ] && cluster_suites+=(suites/conformance --conformance-smoke)
-[ -n "$(ls suites/capi/test_*.py 2>/dev/null)" ] && cluster_suites+=(suites/capi)
-step cluster "${cluster_suites[@]}" "$@"
+step cluster suites/kubeadm suites/conformance --conformance-smoke "$@"
 step lifecycle suites/lifecycle "$@"
+step cluster_api --cluster-api --cluster-config configs/capi.yaml suites/kubeadm suites/conformance \
+  --conformance-smoke suites/lifecycle/test_scale_repair.py suites/lifecycle/test_faults.py suites/capi "$@"
 exit $rc

@@ -111,6 +111,9 @@ class MachineController:
         cluster.timings["provision"] = round(time.monotonic() - t0, 2)
         return cluster
 
+    def exists(self, spec: ClusterSpec) -> bool:
+        return bool(self.provider.list_machines(spec.name, spec.namespace))
+
     def adopt(self, spec: ClusterSpec) -> Cluster:
         """A handle on an existing cluster (--reuse-cluster, xdist workers)."""
         cluster = Cluster(spec, self.provider, self.owner)

@@ -42,6 +42,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--cluster-scope", choices=("shared", "worker"), default="shared",
                 help="with xdist: one cluster shared by all workers (default) or one per worker")
     g.addoption("--no-reap", action="store_true", help="do not remove objects left by dead runs")
+    c = parser.getgroup("kube-harness-capi", "Cluster API mode: the cluster fixtures' clusters come from Cluster API")
+    c.addoption("--cluster-api", action="store_true", default=os.environ.get("KUBE_HARNESS_CLUSTER_API") == "1",
+                help="make the kubeadm clusters through Cluster API (env KUBE_HARNESS_CLUSTER_API=1): the harness's "
+                     "own management cluster with the providers it builds (CAPD), or --capi-management-kubeconfig")
+    c.addoption("--capi-management-kubeconfig", default=None,
+                help="a management cluster where your providers run (instead of the harness's own)")
+    c.addoption("--capi-clusterctl-config", default=None,
+                help="clusterctl config naming the provider repositories (for clusterctl generate cluster)")
+    c.addoption("--capi-infrastructure", default=None, help="clusterctl --infrastructure NAME[:VERSION]")
+    c.addoption("--capi-flavor", default=None, help="cluster template flavor (clusterctl --flavor)")
+    c.addoption("--capi-template", default=None, help="cluster template file or URL (clusterctl --from)")
+    c.addoption("--capi-var", action="append", default=[], metavar="NAME=VALUE",
+                help="a cluster template variable (repeatable)")
+    c.addoption("--capi-container-nodes", action="store_true",
+                help="the workload's machines are containers on this host: patch kubeadm for them (the "
+                     "harness's own management cluster does this itself)")
 
 
 # --- run identity -------------------------------------------------------
@@ -101,6 +117,37 @@ def _check_options(config: pytest.Config) -> None:
     spec = _spec(config)  # --cluster-config: an existing, valid spec
     from .build.nodeimage import check_option
     check_option(config.getoption("node_image"), spec.provider)
+    _check_capi_options(config, spec)
+
+
+CAPI_OPTIONS = ("capi_management_kubeconfig", "capi_clusterctl_config", "capi_infrastructure", "capi_flavor",
+                "capi_template", "capi_var", "capi_container_nodes")
+
+
+def _check_capi_options(config: pytest.Config, spec: ClusterSpec) -> None:
+    opt = config.getoption
+    if not opt("cluster_api"):
+        given = [o for o in CAPI_OPTIONS if opt(o)]
+        if given:
+            raise SpecError("--" + given[0].replace("_", "-"), opt(given[0]), "only with --cluster-api")
+        return
+    if getattr(config.option, "numprocesses", None):
+        raise SpecError("--cluster-api", True, "without xdist (-n) for now")
+    for v in opt("capi_var"):
+        if "=" not in v or not v.split("=", 1)[0].replace("_", "").isalnum():
+            raise SpecError("--capi-var", v, "NAME=VALUE with NAME made of letters, digits and _")
+    from .capi.controller import check_spec
+    from .capi.management import BUILT_SUPPORTS, external
+    if opt("capi_management_kubeconfig"):  # the files exist (nothing is built or contacted yet)
+        external(opt("capi_management_kubeconfig"), opt("capi_clusterctl_config"),
+                 template=opt("capi_template") or "", clusterctl_binary=Path("/bin/true"))
+        check_spec(spec, None)
+        return
+    for o in ("capi_clusterctl_config", "capi_template", "capi_infrastructure", "capi_container_nodes"):
+        if opt(o):
+            raise SpecError("--" + o.replace("_", "-"), opt(o), "only with --capi-management-kubeconfig (the "
+                            "harness's own management cluster uses the providers it builds)")
+    check_spec(spec, BUILT_SUPPORTS)
 
 
 def _suite_name(config: pytest.Config) -> str:
@@ -196,13 +243,28 @@ def _shared_dir(config: pytest.Config) -> Path:
 
 
 class ClusterFactory:
-    """Provision clusters and tear them all down at the end of the scope."""
+    """Provision clusters and tear them all down at the end of the scope.
 
-    def __init__(self, config: pytest.Config, request: pytest.FixtureRequest | None = None):
+    With --cluster-api, kubeadm clusters come from Cluster API's controllers
+    (the ``capi_management`` fixture); ``direct=True`` makes them directly anyway
+    (the management cluster itself)."""
+
+    def __init__(self, config: pytest.Config, request: pytest.FixtureRequest | None = None, *,
+                 direct: bool = False):
         self.config = config
         self.request = request
-        self.created: list[tuple[MachineController, Cluster]] = []
+        self.created: list[tuple[Any, Cluster]] = []
         self.keep = config.getoption("keep_cluster")
+        self.cluster_api = bool(config.getoption("cluster_api")) and not direct
+
+    def machine_controller(self, spec: ClusterSpec, bootstrap: str = "kubeadm", pid: int | None = None):
+        """The controller that makes (and scales, repairs, deletes) this kind of cluster."""
+        if self.cluster_api and bootstrap == "kubeadm":
+            if self.request is None:
+                raise RuntimeError("Cluster API mode needs a pytest request (for the capi_management fixture)")
+            from .capi.controller import CapiController
+            return CapiController(self.request.getfixturevalue("capi_management"), self.owner(pid))
+        return MachineController(_provider_for(self.config, spec), self.owner(pid), _bootstrapper(bootstrap, self.config))
 
     def owner(self, pid: int | None = None):
         return reaper.current_owner(run_id(self.config), keep=self.keep, pid=pid)
@@ -217,13 +279,12 @@ class ClusterFactory:
             overrides["name"] = name
         if overrides:
             spec = spec.with_overrides(**overrides)
-        provider = _provider_for(self.config, spec)
-        ctl = MachineController(provider, self.owner(), _bootstrapper(bootstrap, self.config))
+        ctl = self.machine_controller(spec, bootstrap)
         cluster = ctl.provision(spec, keep_on_failure=self.keep, on_failure=_collect_on_failure)
         self.created.append((ctl, cluster))
         return cluster
 
-    def controller(self, cluster: Cluster) -> MachineController:
+    def controller(self, cluster: Cluster):
         """The machine controller that owns ``cluster`` (for scale/repair)."""
         for ctl, c in self.created:
             if c is cluster:
@@ -266,6 +327,12 @@ def _item_failed(request: pytest.FixtureRequest) -> bool:
     return bool(rep and rep.failed)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("direct_mode") and item.config.getoption("cluster_api"):
+        pytest.skip("checks what the harness configures in direct mode; with --cluster-api the cluster "
+                    "template (its KubeadmConfigSpec, its infrastructure) decides")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     rep = yield
@@ -290,7 +357,6 @@ def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, boot
     spec = _spec(config)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     scope = config.getoption("cluster_scope")
-    provider = _provider_for(config, spec)
     factory = ClusterFactory(config, request)
     reuse = config.getoption("reuse_cluster")
     junit_rec = junit.PhaseRecorder(f"{spec.namespace}-{spec.name}")
@@ -299,8 +365,7 @@ def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, boot
         spec = spec.with_overrides(name=f"{spec.name}-bare"[:40])
     if worker and scope == "worker":
         spec = spec.with_overrides(name=f"{spec.name}-{worker}"[:40])
-    if reuse and provider.list_machines(spec.name, spec.namespace):
-        ctl = MachineController(provider, factory.owner(), _bootstrapper(bootstrap, config))
+    if reuse and (ctl := factory.machine_controller(spec, bootstrap)).exists(spec):
         log.info(f"reusing cluster {spec.namespace}/{spec.name}", extra={"cluster": spec.name})
         yield ctl.adopt(spec)
         return
@@ -310,7 +375,7 @@ def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, boot
         state = _shared_dir(config) / f"{spec.name}.json"
         master = config.workerinput["kh_master_pid"]
         with FileLock(str(state) + ".lock"):
-            ctl = MachineController(provider, factory.owner(pid=master), _bootstrapper(bootstrap, config))
+            ctl = factory.machine_controller(spec, bootstrap, pid=master)
             if state.exists():
                 cl = ctl.adopt(spec)
             else:
@@ -332,6 +397,31 @@ def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, boot
         with junit_rec.step("Down"):
             factory.finish(_failed(request.session, before))
         junit_rec.write(cl.timings)
+
+
+@pytest.fixture(scope="session")
+def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config):
+    """The Cluster API management cluster of the session (--cluster-api): the harness's own
+    (made directly, the providers it builds installed; deleted at the end) or the user's."""
+    from .capi import management
+    opt = pytestconfig.getoption
+    variables = dict(v.split("=", 1) for v in opt("capi_var"))
+    if opt("capi_management_kubeconfig"):
+        yield management.external(opt("capi_management_kubeconfig"), opt("capi_clusterctl_config"),
+                                  flavor=opt("capi_flavor") or "", template=opt("capi_template") or "",
+                                  infrastructure=opt("capi_infrastructure") or "",
+                                  container_nodes=opt("capi_container_nodes"), variables=variables)
+        return
+    factory = ClusterFactory(pytestconfig, request, direct=True)
+    before = request.session.testsfailed
+    try:
+        mgmt = management.own(factory, f"{_spec(pytestconfig).name}-mgmt"[:40])
+        mgmt.clusterctl.variables.update(variables)
+        if opt("capi_flavor"):
+            mgmt.flavor = opt("capi_flavor")
+        yield mgmt
+    finally:
+        factory.finish(_failed(request.session, before))
 
 
 @pytest.fixture(scope="session")

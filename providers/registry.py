@@ -47,3 +47,35 @@ def factory(name: str) -> Callable[..., MachineProvider]:
 
 def get(name: str, options: Mapping[str, Any] | None = None) -> MachineProvider:
     return factory(name)(options)
+
+
+# --- reaching machines another controller made (Cluster API mode)
+ACCESS_GROUP = "kube_harness.machine_access"
+
+
+def _builtin_access() -> dict[str, str]:
+    """providerID scheme -> the provider that execs into, stops and starts such
+    machines by name (CAPD's ``docker:////<container>`` machines are containers)."""
+    return {"docker": "docker"}
+
+
+def machine_access_schemes() -> list[str]:
+    try:
+        eps = metadata.entry_points(group=ACCESS_GROUP)
+    except TypeError:  # python < 3.10
+        eps = metadata.entry_points().get(ACCESS_GROUP, [])
+    return sorted({ep.name for ep in eps} | set(_builtin_access()))
+
+
+def machine_access(scheme: str) -> MachineProvider | None:
+    """A provider reaching machines whose ``spec.providerID`` starts with ``scheme://``
+    (entry points of group ``kube_harness.machine_access`` name a provider), or None."""
+    try:
+        eps = {ep.name: ep for ep in metadata.entry_points(group=ACCESS_GROUP)}
+    except TypeError:  # python < 3.10
+        eps = {ep.name: ep for ep in metadata.entry_points().get(ACCESS_GROUP, [])}
+    if scheme in eps:
+        return get(eps[scheme].value)
+    if scheme in _builtin_access():
+        return get(_builtin_access()[scheme])
+    return None

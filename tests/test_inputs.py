@@ -93,6 +93,36 @@ def test_bad_option_fails_session(tmp_path, dk, spec_file, option, value, allowe
     assert "must not run" not in out and "test_needs_cluster" not in out, out
 
 
+@pytest.mark.parametrize("args,option,value,allowed", [
+    (["--capi-flavor", "dev"], "--capi-flavor", "dev", "only with --cluster-api"),
+    (["--cluster-api"], "spec.topology.version", "v1.37.2",
+     "a Kubernetes version from v1.32 to v1.36: the Cluster API release the harness builds supports"),
+    (["--cluster-api", "--kubernetes-version", "v1.36.3", "--capi-var", "NO VALUE"], "--capi-var", "NO VALUE",
+     "NAME=VALUE"),
+    (["--cluster-api", "--kubernetes-version", "v1.36.3", "--capi-template", "t.yaml"], "--capi-template",
+     "t.yaml", "only with --capi-management-kubeconfig"),
+    (["--cluster-api", "--kubernetes-version", "v1.36.3", "--capi-management-kubeconfig", "/nonexistent/kc"],
+     "--capi-management-kubeconfig", "/nonexistent/kc", "an existing kubeconfig file"),
+])
+def test_bad_cluster_api_option_fails_session(tmp_path, dk, spec_file, args, option, value, allowed):
+    """Checked before any cluster (management or workload) is made."""
+    rc, out = run_pytest(tmp_path, dk, "--cluster-config", str(spec_file[0]), *args)
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    assert f"invalid {option}: {value!r}; allowed: " in out and allowed in out, out
+    assert "must not run" not in out, out
+
+
+def test_cluster_api_mode_refuses_kubeadm_patches(tmp_path, dk, spec_file):
+    path, _ = spec_file
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["topology"]["version"] = "v1.36.3"
+    doc["spec"]["kubeadm"] = {"clusterConfiguration": {"apiServer": {"extraArgs": [{"name": "v", "value": "2"}]}}}
+    path.write_text(yaml.safe_dump(doc))
+    rc, out = run_pytest(tmp_path, dk, "--cluster-config", str(path), "--cluster-api")
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    assert "invalid spec.kubeadm: ['clusterConfiguration']; allowed: nothing in Cluster API mode" in out, out
+
+
 def test_missing_cluster_config(tmp_path, dk):
     missing = tmp_path / "nope.yaml"
     rc, out = run_pytest(tmp_path, dk, "--cluster-config", str(missing))

@@ -49,6 +49,14 @@ def tag_node_image(image: str, version: str) -> str:
         client.close()
 
 
+def prepare_node_image(version: str) -> str:
+    """The harness's node image of ``version`` (built or cached, with the test images)
+    where CAPD's templates look for it."""
+    from harness.build import testimages
+    from harness.build.nodeimage import build_node_image
+    return tag_node_image(build_node_image(version, extra_images=testimages.test_images()), version)
+
+
 def build_lb_image() -> str:
     """CAPD's load balancer image (see module doc); rebuilt when the base image changes."""
     base = build_base_image(volume_var=False)

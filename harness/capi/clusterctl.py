@@ -57,7 +57,7 @@ class Clusterctl:
         return self.run("init", *provider_args, timeout=900)
 
     def generate_cluster(self, name: str, namespace: str, kubernetes_version: str, control_planes: int,
-                         workers: int, flavor: str = "", infrastructure: str = "") -> str:
+                         workers: int, flavor: str = "", infrastructure: str = "", template: str = "") -> str:
         args = ["generate", "cluster", name, "--target-namespace", namespace,
                 "--kubernetes-version", kubernetes_version,
                 "--control-plane-machine-count", str(control_planes), "--worker-machine-count", str(workers)]
@@ -65,6 +65,8 @@ class Clusterctl:
             args += ["--flavor", flavor]
         if infrastructure:
             args += ["--infrastructure", infrastructure]
+        if template:  # a file or URL instead of the provider's templates
+            args += ["--from", template]
         return self.run(*args, timeout=120)
 
     def kubeconfig_of(self, name: str, namespace: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config as kconfig
+from kubernetes import client, config as kconfig, dynamic
 
 from harness.cluster import Cluster
 from harness.kubeadm import cni_daemonset, preflight
@@ -111,32 +111,82 @@ def _replicas(custom: client.CustomObjectsApi, name: str, namespace: str) -> tup
     return "; ".join(parts) or "no KubeadmControlPlane yet", done
 
 
-def create(ctl: Clusterctl, management: Cluster, name: str, namespace: str, kubernetes_version: str,
-           control_planes: int = 1, workers: int = 1, flavor: str = "", state_dir: Path | None = None,
-           timeout: float = 900) -> Workload:
-    """Generate, apply and wait (see module doc)."""
-    with phase("capi-workload", cluster=name):
-        raw = ctl.generate_cluster(name, namespace, kubernetes_version, control_planes, workers, flavor)
-        cgroup_v1 = preflight.cgroup_v1(management, management.control_planes[0])
-        docs = host_patches([d for d in yaml.safe_load_all(raw) if d], cgroup_v1)
-        pods, services = _cluster_network(docs, name)
-        body = yaml.safe_dump_all(docs, sort_keys=False).encode()
-        management.kubectl("create", "namespace", namespace, check=False)
-        management.kubectl("apply", "--server-side", "-f", "-", input=body, timeout=120)
-        try:
-            return _wait(ctl, management, name, namespace, docs, pods, services, state_dir, timeout)
-        except BaseException:
-            # the controllers take back what they made (machines, load balancer)
-            with contextlib.suppress(Exception):
-                delete(management, Workload(name, namespace, Path(), docs), timeout=300)
+def set_cluster_network(docs: list[dict], name: str, pods: str, services: str, domain: str) -> list[dict]:
+    """The Cluster's ``spec.clusterNetwork`` set to the harness spec's (one CIDR per
+    family list, as Cluster API writes them); templates differ in their defaults."""
+    out = copy.deepcopy(docs)
+    cl = next((d for d in out if d.get("kind") == "Cluster" and d["metadata"]["name"] == name), None)
+    if cl is None:
+        raise WorkloadError(f"the generated template has no Cluster named {name!r}")
+    net = cl.setdefault("spec", {}).setdefault("clusterNetwork", {})
+    net["pods"] = {"cidrBlocks": [pods]}
+    net["services"] = {"cidrBlocks": [services]}
+    net["serviceDomain"] = domain
+    return out
+
+
+def apply(api: client.ApiClient, docs: list[dict], manager: str = "kube-harness") -> None:
+    """Server-side apply of every document, in order (a ClusterClass before the Cluster using it)."""
+    dyn = dynamic.DynamicClient(api)
+    for d in docs:
+        meta = d["metadata"]
+        res = dyn.resources.get(api_version=d["apiVersion"], kind=d["kind"])
+        dyn.server_side_apply(res, body=d, name=meta["name"], namespace=meta.get("namespace") if res.namespaced
+                              else None, field_manager=manager, force_conflicts=True)
+
+
+def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
+    try:
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except client.ApiException as e:
+        if e.status != 409:
             raise
 
 
-def _wait(ctl: Clusterctl, management: Cluster, name: str, namespace: str, docs: list[dict], pods: str,
-          services: str, state_dir: Path | None, timeout: float) -> Workload:
+def create(ctl: Clusterctl, management: Cluster, name: str, namespace: str, kubernetes_version: str,
+           control_planes: int = 1, workers: int = 1, flavor: str = "", state_dir: Path | None = None,
+           timeout: float = 900) -> Workload:
+    """A workload cluster from ``management``'s provider templates, its nodes patched
+    for node containers on this host (see :func:`host_patches`)."""
+    cgroup_v1 = preflight.cgroup_v1(management, management.control_planes[0])
+    return generate(ctl, management.api_client(), name, namespace, kubernetes_version, control_planes, workers,
+                    flavor=flavor, cgroup_v1=cgroup_v1, state_dir=state_dir or management.state_dir.parent /
+                    f"{namespace}-{name}", timeout=timeout)
+
+
+def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, kubernetes_version: str,
+             control_planes: int, workers: int, *, state_dir: Path, flavor: str = "", template: str = "",
+             infrastructure: str = "", cgroup_v1: bool | None = None,
+             network: tuple[str, str, str] | None = None, timeout: float = 900,
+             delete_on_failure: bool = True) -> Workload:
+    """Generate (``clusterctl generate cluster``), apply and wait (see module doc).
+    ``cgroup_v1`` None: no node-container patches; ``network``: (pods, services, domain)
+    for the Cluster's clusterNetwork."""
+    with phase("capi-workload", cluster=name):
+        raw = ctl.generate_cluster(name, namespace, kubernetes_version, control_planes, workers, flavor,
+                                   infrastructure=infrastructure, template=template)
+        docs = [d for d in yaml.safe_load_all(raw) if d]
+        if cgroup_v1 is not None:
+            docs = host_patches(docs, cgroup_v1)
+        if network:
+            docs = set_cluster_network(docs, name, *network)
+        pods, services = _cluster_network(docs, name)
+        ensure_namespace(api, namespace)
+        apply(api, docs)
+        try:
+            return _wait(ctl, api, name, namespace, docs, pods, services, state_dir, timeout)
+        except BaseException:
+            # the controllers take back what they made (machines, load balancer)
+            if delete_on_failure:
+                with contextlib.suppress(Exception):
+                    delete(api, Workload(name, namespace, Path(), docs), timeout=300)
+            raise
+
+
+def _wait(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, docs: list[dict], pods: str,
+          services: str, state_dir: Path, timeout: float) -> Workload:
     """Wait for the machines, installing the CNI once the workload API answers."""
-    custom = client.CustomObjectsApi(management.api_client())
-    state_dir = state_dir or management.state_dir.parent / f"{namespace}-{name}"
+    custom = client.CustomObjectsApi(api)
     state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = state_dir / "kubeconfig"
     end = time.monotonic() + timeout
@@ -177,9 +227,10 @@ def _describe(ctl: Clusterctl, name: str, namespace: str) -> str:
         return f"(clusterctl describe failed: {e})"
 
 
-def delete(management: Cluster, workload: Workload, timeout: float = 600) -> None:
+def delete(management: Cluster | client.ApiClient, workload: Workload, timeout: float = 600) -> None:
     """Delete the Cluster and wait until the controllers removed it (and with it its machines)."""
-    custom = client.CustomObjectsApi(management.api_client())
+    api = management.api_client() if isinstance(management, Cluster) else management
+    custom = client.CustomObjectsApi(api)
     with phase("capi-delete", cluster=workload.name):
         try:
             custom.delete_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, workload.namespace, "clusters",

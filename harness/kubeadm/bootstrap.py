@@ -374,6 +374,13 @@ class KubeadmBootstrapper:
         with phase("system-pods", cluster=cluster.name):
             self._wait_system_pods(cluster, expected, control_planes, self.ready_timeout)
 
+    def wait_system_pods(self, cluster: Cluster) -> None:
+        """kube-proxy on every machine, every control plane's static pods and CoreDNS Ready
+        (for clusters another controller bootstrapped with kubeadm)."""
+        machines = {m.name for m in cluster.machines() if m.role in ("control-plane", "worker")}
+        with phase("system-pods", cluster=cluster.name):
+            self._wait_system_pods(cluster, machines, {m.name for m in cluster.control_planes}, self.ready_timeout)
+
     def _wait_pod_cidrs(self, cluster: Cluster, names: list[str], timeout: float) -> None:
         end = time.monotonic() + timeout
         missing: list[str] = list(names)

@@ -22,6 +22,7 @@ def test_skew_rules():
             check_skew("v1.37.2", bad)
 
 
+@pytest.mark.direct_mode  # the harness's own upgrade; Cluster API upgrades by the topology version (KCP rollout)
 def test_upgrade_one_minor(cluster_factory, cluster_spec):
     target = cluster_spec.version
     doc = cluster_spec.to_dict()

@@ -1,0 +1,116 @@
+"""The management cluster of a Cluster API session.
+
+Two kinds, one interface (:class:`Management`):
+
+* the harness's own (:func:`own`): a direct-mode cluster
+  (configs/capi-management.yaml) with the providers built here installed
+  by ``clusterctl init`` (core, kubeadm bootstrap, KubeadmControlPlane,
+  CAPD), its templates from the local repository;
+* a user's (:func:`external`): a kubeconfig of a cluster where their
+  providers already run, and the clusterctl config naming their provider
+  repositories (for ``clusterctl generate cluster``).
+
+Workload clusters are then made the same way from either
+(:mod:`.controller`): nothing downstream knows which infrastructure
+provider runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kubernetes import client, config as kconfig
+
+from harness.cluster import Cluster
+from harness.progress import phase
+from harness.spec import ClusterSpec, SpecError, load
+
+from .clusterctl import Clusterctl
+
+ROOT = Path(__file__).resolve().parents[2]
+MANAGEMENT_CONFIG = ROOT / "configs" / "capi-management.yaml"
+#: Kubernetes minors the built Cluster API release (v1.13) supports for workload clusters
+BUILT_SUPPORTS = (32, 36)
+#: the built CAPD's template for the harness's workload clusters: the quick-start ClusterClass
+OWN_FLAVOR = "development"
+
+
+@dataclass
+class Management:
+    kubeconfig: Path
+    clusterctl: Clusterctl
+    flavor: str = ""
+    template: str = ""  # ``clusterctl generate cluster --from``
+    infrastructure: str = ""  # ``--infrastructure name[:version]``; empty: the only one installed
+    #: workload machines are containers on this host: patch their kubeadm config for it
+    #: (None: leave the template alone; True/False: whether the host is cgroup v1)
+    container_cgroup_v1: bool | None = None
+    supports: tuple[int, int] | None = None  # (lowest, highest) Kubernetes minor, when known
+    #: called with a Kubernetes version before a workload cluster of it is made
+    prepare: Callable[[str], None] = field(default=lambda version: None)
+    cluster: Cluster | None = None  # when the harness made it
+    _api: client.ApiClient | None = None
+
+    def api_client(self) -> client.ApiClient:
+        if self._api is None:
+            self._api = kconfig.new_client_from_config(str(self.kubeconfig))
+        return self._api
+
+    def __str__(self) -> str:
+        return f"management cluster {self.cluster.name if self.cluster else self.kubeconfig}"
+
+
+def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str) -> Management:
+    """Build the providers (cached), make the management cluster with ``make_cluster``
+    and install them into it."""
+    from harness.build import capi as capi_build
+    from harness.kubeadm import preflight
+
+    from . import capd
+    from .install import install
+    from .repository import build_repository
+
+    with phase("capi-build"):
+        capi_dir = capi_build.build_capi()
+        images = capi_build.build_capi_images(capi_dir)
+        repo = build_repository(capi_dir, images)
+        capd.build_lb_image()
+    mgmt = make_cluster(load(MANAGEMENT_CONFIG).with_overrides(name=name))
+    ctl = install(mgmt, repo, capi_dir / "bin" / "clusterctl", sorted(images.values()))
+    return Management(mgmt.kubeconfig_path, ctl, flavor=OWN_FLAVOR, infrastructure="docker",
+                      container_cgroup_v1=preflight.cgroup_v1(mgmt, mgmt.control_planes[0]),
+                      supports=BUILT_SUPPORTS, prepare=capd.prepare_node_image, cluster=mgmt)
+
+
+def external(kubeconfig: str | Path, clusterctl_config: str | Path | None, *, flavor: str = "", template: str = "",
+             infrastructure: str = "", container_nodes: bool = False,
+             variables: dict[str, str] | None = None, clusterctl_binary: str | Path | None = None) -> Management:
+    """A user's management cluster. ``container_nodes``: the workload's machines are
+    containers on this host (node-container kubeadm patches, as for the harness's own)."""
+    kc = Path(kubeconfig).expanduser()
+    if not kc.is_file():
+        raise SpecError("--capi-management-kubeconfig", str(kubeconfig), "an existing kubeconfig file")
+    if clusterctl_config and not Path(clusterctl_config).expanduser().is_file():
+        raise SpecError("--capi-clusterctl-config", str(clusterctl_config), "an existing clusterctl config file")
+    if template and "://" not in template and not Path(template).expanduser().is_file():
+        raise SpecError("--capi-template", template, "an existing cluster template file or a URL")
+    binary = Path(clusterctl_binary) if clusterctl_binary else _built_clusterctl()
+    config = Path(clusterctl_config).expanduser() if clusterctl_config else _empty_config()
+    ctl = Clusterctl(binary, config, kc, dict(variables or {}))
+    cgroup_v1 = not Path("/sys/fs/cgroup/cgroup.controllers").exists() if container_nodes else None
+    return Management(kc, ctl, flavor=flavor, template=template, infrastructure=infrastructure,
+                      container_cgroup_v1=cgroup_v1)
+
+
+def _built_clusterctl() -> Path:
+    from harness.build import capi as capi_build
+    return capi_build.build_capi() / "bin" / "clusterctl"
+
+
+def _empty_config() -> Path:
+    import tempfile
+    p = Path(tempfile.gettempdir()) / "kube-harness" / "clusterctl-empty.yaml"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("providers: []\n")
+    return p

@@ -421,6 +421,10 @@ def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
             mgmt.flavor = opt("capi_flavor")
         yield mgmt
     finally:
+        if not factory.keep:
+            from .capi.cleanup import delete_workloads  # what a failed teardown left, through the controllers
+            for _, cl in factory.created:
+                delete_workloads(cl.provider, cl.machines())
         factory.finish(_failed(request.session, before))
 
 

@@ -65,5 +65,7 @@ def reap(provider: MachineProvider, only_pids: set[int] | None = None) -> list[s
         clusters = sorted({f"{o['labels'].get(L_NAMESPACE)}/{o['labels'].get(L_CLUSTER)}" for o in objs})
         log.warning(f"reaping run {run} (owner pid {sorted(pids)} is gone): clusters {clusters}",
                     extra={"phase": "reap"})
+        from .capi.cleanup import delete_workloads  # a management cluster's workloads first
+        delete_workloads(provider, provider.list_machines(selector={L_RUN: run}))
         deleted += provider.delete_owned({L_RUN: run})
     return deleted

@@ -1,0 +1,1 @@
+"""Lifecycle suite (a package: its shared cluster is torn down after its last test)."""

@@ -1,1 +1,0 @@
-"""Lifecycle suite (a package: its shared cluster is torn down after its last test)."""

@@ -7,6 +7,7 @@
   kube-harness logs -c FILE [--name N] [--dir DIR]   # export machine logs (as `kind export logs`)
   kube-harness validate -c FILE                      # check a spec, create nothing
   kube-harness schema                                # the spec's JSON Schema (configs/schema.json)
+  kube-harness capi-init --kubeconfig FILE           # install the Cluster API providers the harness builds
 """
 from __future__ import annotations
 
@@ -72,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     va = sub.add_parser("validate", help="validate a spec")
     va.add_argument("-c", "--cluster-config", required=True)
     sub.add_parser("schema", help="print the spec's JSON Schema (for editors; configs/schema.json)")
+    ci = sub.add_parser("capi-init", help="install the Cluster API providers the harness builds (core, kubeadm "
+                                          "bootstrap and control plane, CAPD) into a cluster, as clusterctl init")
+    ci.add_argument("--kubeconfig", required=True, help="the management cluster")
+    ci.add_argument("--no-load-images", action="store_true",
+                    help="do not put the providers' images into the nodes (the cluster pulls them itself)")
+    ci.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="a clusterctl variable")
     a = p.parse_args(argv)
     if a.cmd == "schema":
         print(json.dumps(schema.json_schema(), indent=2))
@@ -116,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "reap":
             deleted = reaper.reap(_provider(a.provider))
             print(f"reaped {len(deleted)} objects")
+        elif a.cmd == "capi-init":
+            _capi_init(a.kubeconfig, a.var, load=not a.no_load_images)
     except SpecError as e:
         for err in e.errors:
             print(f"error: {err}", file=sys.stderr)
@@ -124,6 +133,25 @@ def main(argv: list[str] | None = None) -> int:
         log.error("interrupted")
         return 130
     return 0
+
+
+def _capi_init(kubeconfig: str, variables: list[str], load: bool) -> None:
+    from .build import capi as capi_build
+    from .capi.install import install
+    from .capi.repository import build_repository
+    from .reached import ExistingCluster
+    if not Path(kubeconfig).expanduser().is_file():
+        raise SpecError("--kubeconfig", kubeconfig, "an existing kubeconfig file")
+    bad = [v for v in variables if "=" not in v]
+    if bad:
+        raise SpecError("--var", bad[0], "NAME=VALUE")
+    capi_dir = capi_build.build_capi()
+    images = capi_build.build_capi_images(capi_dir)
+    repo = build_repository(capi_dir, images)
+    target = ExistingCluster(kubeconfig)
+    ctl = install(target, repo, capi_dir / "bin" / "clusterctl", sorted(images.values()) if load else [],
+                  variables=dict(v.split("=", 1) for v in variables))
+    print(f"Cluster API providers installed into {kubeconfig}; clusterctl config: {ctl.config}")
 
 
 if __name__ == "__main__":

@@ -49,31 +49,38 @@ def get(name: str, options: Mapping[str, Any] | None = None) -> MachineProvider:
     return factory(name)(options)
 
 
-# --- reaching machines another controller made (Cluster API mode)
+# --- reaching machines another controller made (Cluster API mode, existing clusters)
 ACCESS_GROUP = "kube_harness.machine_access"
 
 
 def _builtin_access() -> dict[str, str]:
-    """providerID scheme -> the provider that execs into, stops and starts such
-    machines by name (CAPD's ``docker:////<container>`` machines are containers)."""
-    return {"docker": "docker"}
+    """providerID scheme -> the provider that execs into, stops and starts such machines
+    by name: CAPD's ``docker:////<container>`` and kind's ``kind://docker/<cluster>/<node>``
+    machines are containers named after their Node."""
+    return {"docker": "docker", "kind": "docker"}
 
 
-def machine_access_schemes() -> list[str]:
+def _access_entry_points() -> dict[str, Any]:
     try:
         eps = metadata.entry_points(group=ACCESS_GROUP)
     except TypeError:  # python < 3.10
         eps = metadata.entry_points().get(ACCESS_GROUP, [])
-    return sorted({ep.name for ep in eps} | set(_builtin_access()))
+    return {ep.name: ep for ep in eps}
 
 
-def machine_access(scheme: str) -> MachineProvider | None:
-    """A provider reaching machines whose ``spec.providerID`` starts with ``scheme://``
-    (entry points of group ``kube_harness.machine_access`` name a provider), or None."""
-    try:
-        eps = {ep.name: ep for ep in metadata.entry_points(group=ACCESS_GROUP)}
-    except TypeError:  # python < 3.10
-        eps = {ep.name: ep for ep in metadata.entry_points().get(ACCESS_GROUP, [])}
+def machine_access_schemes() -> list[str]:
+    return sorted(set(_access_entry_points()) | set(_builtin_access()) | {"kube-harness"})
+
+
+def machine_access(provider_id: str) -> MachineProvider | None:
+    """A provider reaching the machine with this ``spec.providerID`` (or bare scheme), or None:
+    entry points of group ``kube_harness.machine_access`` name a provider per scheme; the
+    harness's own nodes (``kube-harness://<provider>/<namespace>/<name>``) name theirs."""
+    scheme, _, rest = provider_id.partition("://")
+    if scheme == "kube-harness":
+        name = rest.split("/", 1)[0]
+        return get(name) if name in names() else None
+    eps = _access_entry_points()
     if scheme in eps:
         return get(eps[scheme].value)
     if scheme in _builtin_access():

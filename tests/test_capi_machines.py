@@ -57,13 +57,16 @@ def test_machines_reached_through_their_provider_id_scheme(view):
     docker_machine = view._to_machine(machine_object("a", {}, node="n", provider_id="docker:////n"))
     assert isinstance(view.access(docker_machine), DockerProvider)
     assert "docker" in registry.machine_access_schemes()
-    assert registry.machine_access("nope") is None
+    assert registry.machine_access("nope://x") is None
+    assert isinstance(registry.machine_access("kind://docker/kind/kind-worker"), DockerProvider)
+    assert isinstance(registry.machine_access("kube-harness://docker/default/kh-md-0-a1b2c"), DockerProvider)
+    assert registry.machine_access("kube-harness://nope/default/x") is None
     with pytest.raises(ProviderError, match=r"no provider reaches machines with providerID scheme 'aws'.*"
                                             r"kube_harness.machine_access"):
         view.access(view._to_machine(machine_object("b", {}, provider_id="aws:///eu-1a/i-0123")))
     with pytest.raises(ProviderError, match="no spec.providerID yet"):
         view.access(view._to_machine(machine_object("c", {}, phase="Pending")))
-    with pytest.raises(ProviderError, match="Cluster API's controllers do this"):
+    with pytest.raises(ProviderError, match="Cluster API's controllers .* does this, not the harness"):
         view.delete_owned({"harness.k8s.io/cluster": "wl"})
 
 

@@ -32,6 +32,7 @@ from harness.build.cache import run
 from harness.build.kube import go_env
 from harness.cluster import Cluster
 from harness.images_load import load_images
+from harness.reached import ExistingCluster
 from harness.progress import phase
 from harness.waits import until
 
@@ -116,17 +117,19 @@ def _deployments_available(apps: client.AppsV1Api, namespaces: list[str]) -> lis
 DEFAULT_VARIABLES = {"CLUSTER_TOPOLOGY": "true"}  # ClusterClass (the quick-start templates use it)
 
 
-def install(management: Cluster, repo: Repository, clusterctl_binary: Path, images: list[str],
+def install(management: Cluster | ExistingCluster, repo: Repository, clusterctl_binary: Path, images: list[str],
             variables: dict[str, str] | None = None, timeout: float = 600) -> Clusterctl:
-    """Install every provider of ``repo`` into ``management`` (see module doc); returns
-    the clusterctl bound to it. ``variables`` add to/override :data:`DEFAULT_VARIABLES`."""
+    """Install every provider of ``repo`` into ``management`` (a cluster the harness made,
+    or any cluster by kubeconfig whose nodes it can reach for ``images``; see module doc);
+    returns the clusterctl bound to it. ``variables`` add to/override :data:`DEFAULT_VARIABLES`."""
     ctl = Clusterctl(clusterctl_binary, repo.config, management.kubeconfig_path,
                      {**DEFAULT_VARIABLES, **(variables or {})})
     api = management.api_client()
     namespaces = provider_namespaces(repo)
     with phase("capi-install", cluster=management.name):
-        with phase("capi-images", cluster=management.name):
-            load_images(management, images)
+        if images:
+            with phase("capi-images", cluster=management.name):
+                load_images(management, images)
         with phase("cert-manager-crds", cluster=management.name):
             apply_crds(api, cert_manager_crds())
         with phase("clusterctl-init", cluster=management.name):

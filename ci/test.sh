@@ -4,7 +4,7 @@
 #   2. the real-cluster suites sharing one session cluster (direct mode):
 #      kubeadm, the conformance smoke subset
 #   3. lifecycle (scale, repair, faults, upgrade) on clusters of their own
-#   4. Cluster API mode: the same kubeadm, smoke and lifecycle (scale, faults)
+#   4. Cluster API mode: the same kubeadm, smoke and lifecycle (scale, replace)
 #      suites on clusters the real controllers make, and suites/capi, sharing
 #      one management cluster
 # Extra arguments go to every pytest run. Exits non-zero on any failure.
@@ -26,5 +26,5 @@ step harness tests "$@"
 step cluster suites/kubeadm suites/conformance --conformance-smoke "$@"
 step lifecycle suites/lifecycle "$@"
 step cluster_api --cluster-api --cluster-config configs/capi.yaml suites/kubeadm suites/conformance \
-  --conformance-smoke suites/lifecycle/test_scale_repair.py suites/lifecycle/test_faults.py suites/capi "$@"
+  --conformance-smoke suites/lifecycle/test_scale_repair.py suites/capi "$@"
 exit $rc

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "down":
             prov = _provider(a.provider)
             _require_cluster(prov, a.name, a.namespace)
+            from .capi.cleanup import delete_workloads  # a management cluster's workload clusters first
+            delete_workloads(prov, prov.list_machines(a.name, a.namespace))
             deleted = prov.delete_owned({L_CLUSTER: a.name, L_NAMESPACE: a.namespace})
             print(f"deleted {len(deleted)} objects: {', '.join(deleted) or '-'}")
         elif a.cmd == "list":

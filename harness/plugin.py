@@ -296,8 +296,10 @@ class ClusterFactory:
             if failed:
                 artifacts.collect(cluster, reason="test failure")
             if self.keep:
-                log.info(f"keeping cluster {cluster.namespace}/{cluster.name} (--keep-cluster); delete with "
-                         f"`kube-harness down {cluster.name} -n {cluster.namespace}`", extra={"cluster": cluster.name})
+                how = ("delete its Cluster object, or its management cluster with `kube-harness down`"
+                       if self.cluster_api else f"`kube-harness down {cluster.name} -n {cluster.namespace}`")
+                log.info(f"keeping cluster {cluster.namespace}/{cluster.name} (--keep-cluster); delete with {how}",
+                         extra={"cluster": cluster.name})
                 continue
             ctl.teardown(cluster)
         self.created.clear()
@@ -414,8 +416,16 @@ def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         return
     factory = ClusterFactory(pytestconfig, request, direct=True)
     before = request.session.testsfailed
+    name = f"{_spec(pytestconfig).name}-mgmt"[:40]
+    spec = load(management.MANAGEMENT_CONFIG).with_overrides(name=name)
+    direct = factory.machine_controller(spec)
+    reuse = bool(opt("reuse_cluster")) and direct.exists(spec)
     try:
-        mgmt = management.own(factory, f"{_spec(pytestconfig).name}-mgmt"[:40])
+        if reuse:  # kept by an earlier --keep-cluster session: its providers are installed
+            log.info(f"reusing management cluster {spec.namespace}/{name}", extra={"cluster": name})
+            mgmt = management.own(lambda s: direct.adopt(s), name, install=False)
+        else:
+            mgmt = management.own(factory, name)
         mgmt.clusterctl.variables.update(variables)
         if opt("capi_flavor"):
             mgmt.flavor = opt("capi_flavor")

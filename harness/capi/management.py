@@ -61,14 +61,14 @@ class Management:
         return f"management cluster {self.cluster.name if self.cluster else self.kubeconfig}"
 
 
-def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str) -> Management:
+def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str, install: bool = True) -> Management:
     """Build the providers (cached), make the management cluster with ``make_cluster``
-    and install them into it."""
+    and install them into it (``install=False``: a cluster made earlier that has them)."""
     from harness.build import capi as capi_build
     from harness.kubeadm import preflight
 
     from . import capd
-    from .install import install
+    from .install import DEFAULT_VARIABLES, install as install_providers
     from .repository import build_repository
 
     with phase("capi-build"):
@@ -77,7 +77,10 @@ def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str) -> Management
         repo = build_repository(capi_dir, images)
         capd.build_lb_image()
     mgmt = make_cluster(load(MANAGEMENT_CONFIG).with_overrides(name=name))
-    ctl = install(mgmt, repo, capi_dir / "bin" / "clusterctl", sorted(images.values()))
+    if install:
+        ctl = install_providers(mgmt, repo, capi_dir / "bin" / "clusterctl", sorted(images.values()))
+    else:
+        ctl = Clusterctl(capi_dir / "bin" / "clusterctl", repo.config, mgmt.kubeconfig_path, dict(DEFAULT_VARIABLES))
     return Management(mgmt.kubeconfig_path, ctl, flavor=OWN_FLAVOR, infrastructure="docker",
                       container_cgroup_v1=preflight.cgroup_v1(mgmt, mgmt.control_planes[0]),
                       supports=BUILT_SUPPORTS, prepare=capd.prepare_node_image, cluster=mgmt)

@@ -24,6 +24,7 @@ from harness.capi import workload as workload_mod
 from harness.capi.install import provider_namespaces
 from harness.capi.repository import CLUSTERCTL_NAMES, build_repository
 from harness.capi.clusterctl import Clusterctl
+from harness.progress import log
 from harness.waits import WaitTimeout, node_ready, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -457,7 +458,7 @@ def test_leader_election_of_the_control_plane_manager(workload):
         _patch_topology(custom, wl, {"controlPlane": {"replicas": 3}})
         new = until(lambda: {m["metadata"]["name"] for m in _cp_machines(custom, wl)} - before, 180,
                     f"a new control-plane Machine made by KCP's new leader {holder}")
-        print(f"leader {leader} killed; {holder} (survivor {survivor}) took the Lease after {took:.0f}s and "
+        log.info(f"leader {leader} killed; {holder} (survivor {survivor}) took the Lease after {took:.0f}s and "
               f"made {sorted(new)}")
     finally:
         apps.patch_namespaced_deployment(dep.metadata.name, KCP_NAMESPACE, {"spec": {"replicas": 1}})
@@ -521,7 +522,7 @@ def _remediate(custom, core, wl, cp_mhc) -> None:
     marked_after = time.monotonic() - t0
     _settle(lambda: _control_plane_settled(custom, core, wl, 3, gone=victim), 900,
             f"{victim} remediated: 3 Ready control planes without it")
-    print(f"{victim} marked after {marked_after:.0f}s, replaced after {time.monotonic() - t0:.0f}s")
+    log.info(f"{victim} marked after {marked_after:.0f}s, replaced after {time.monotonic() - t0:.0f}s")
 
 
 def test_kcp_scales_back_to_one_control_plane(workload):
@@ -596,7 +597,7 @@ def test_clusterctl_move_to_the_workload_cluster_and_back(providers, workload):
         assert _where(wl, custom_mgmt, custom_wl) == (True, False)
         assert machine_names(custom_mgmt) == before and len(before) == 3, before
         _scale_md0(custom_mgmt, core, wl, 1, 600, "the management cluster")
-        print(f"install {t_install:.0f}s, move and scale there {t_out - t0 - t_install:.0f}s, "
+        log.info(f"install {t_install:.0f}s, move and scale there {t_out - t0 - t_install:.0f}s, "
               f"back and scale {time.monotonic() - t_out:.0f}s")
     finally:
         # never leave the Cluster in the workload cluster (the fixture deletes it from the management one)
@@ -604,7 +605,7 @@ def test_clusterctl_move_to_the_workload_cluster_and_back(providers, workload):
             if _where(wl, custom_mgmt, custom_wl) == (False, True):
                 wl_ctl.move(mgmt.kubeconfig_path, wl.namespace)
         except Exception as e:  # noqa: BLE001 - best effort; the assertion above already failed
-            print(f"could not move the Cluster back: {e}")
+            log.warning(f"could not move the Cluster back: {e}")
 
 
 def test_delete_leaves_nothing_in_docker(workload):

@@ -137,10 +137,9 @@ def _check_capi_options(config: pytest.Config, spec: ClusterSpec) -> None:
         if "=" not in v or not v.split("=", 1)[0].replace("_", "").isalnum():
             raise SpecError("--capi-var", v, "NAME=VALUE with NAME made of letters, digits and _")
     from .capi.controller import check_spec
-    from .capi.management import BUILT_SUPPORTS, external
-    if opt("capi_management_kubeconfig"):  # the files exist (nothing is built or contacted yet)
-        external(opt("capi_management_kubeconfig"), opt("capi_clusterctl_config"),
-                 template=opt("capi_template") or "", clusterctl_binary=Path("/bin/true"))
+    from .capi.management import BUILT_SUPPORTS, check_external
+    if opt("capi_management_kubeconfig"):
+        check_external(opt("capi_management_kubeconfig"), opt("capi_clusterctl_config"), opt("capi_template") or "")
         check_spec(spec, None)
         return
     for o in ("capi_clusterctl_config", "capi_template", "capi_infrastructure", "capi_container_nodes"):
@@ -423,9 +422,9 @@ def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     try:
         if reuse:  # kept by an earlier --keep-cluster session: its providers are installed
             log.info(f"reusing management cluster {spec.namespace}/{name}", extra={"cluster": name})
-            mgmt = management.own(lambda s: direct.adopt(s), name, install=False)
+            mgmt = management.own(direct.adopt, spec, install=False)
         else:
-            mgmt = management.own(factory, name)
+            mgmt = management.own(factory, spec)
         mgmt.clusterctl.variables.update(variables)
         if opt("capi_flavor"):
             mgmt.flavor = opt("capi_flavor")

@@ -37,16 +37,14 @@ class ReachedMachines(MachineProvider):
         pid = machine.provider_id
         if "://" not in pid:
             raise ProviderError(f"{machine.name}: no spec.providerID yet (machine {machine.state})")
-        key = pid.split("://", 1)[0] if not pid.startswith("kube-harness://") else pid.split("/")[2]
-        if key not in self._access:
-            provider = registry.machine_access(pid)
-            if provider is None:
-                raise ProviderError(f"{machine.name}: no provider reaches machines with providerID scheme "
-                                    f"{pid.split('://')[0]!r} ({pid}); registered schemes: "
-                                    f"{registry.machine_access_schemes()} (entry point group "
-                                    f"{registry.ACCESS_GROUP})")
-            self._access[key] = provider
-        return self._access[key]
+        name = registry.machine_access_name(pid)
+        if name is None:
+            raise ProviderError(f"{machine.name}: no provider reaches machines with providerID scheme "
+                                f"{pid.split('://')[0]!r} ({pid}); registered schemes: "
+                                f"{registry.machine_access_schemes()} (entry point group {registry.ACCESS_GROUP})")
+        if name not in self._access:
+            self._access[name] = registry.get(name)
+        return self._access[name]
 
     def get_machine(self, name: str) -> Machine | None:
         return next((m for m in self.list_machines() if m.name == name), None)

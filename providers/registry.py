@@ -15,11 +15,11 @@ def register(name: str, factory: Callable[..., MachineProvider]) -> None:
     _registered[name] = factory
 
 
-def _load_entry_points() -> dict[str, Any]:
+def _load_entry_points(group: str = GROUP) -> dict[str, Any]:
     try:
-        eps = metadata.entry_points(group=GROUP)
+        eps = metadata.entry_points(group=group)
     except TypeError:  # python < 3.10
-        eps = metadata.entry_points().get(GROUP, [])
+        eps = metadata.entry_points().get(group, [])
     return {ep.name: ep for ep in eps}
 
 
@@ -60,29 +60,25 @@ def _builtin_access() -> dict[str, str]:
     return {"docker": "docker", "kind": "docker"}
 
 
-def _access_entry_points() -> dict[str, Any]:
-    try:
-        eps = metadata.entry_points(group=ACCESS_GROUP)
-    except TypeError:  # python < 3.10
-        eps = metadata.entry_points().get(ACCESS_GROUP, [])
-    return {ep.name: ep for ep in eps}
-
-
 def machine_access_schemes() -> list[str]:
-    return sorted(set(_access_entry_points()) | set(_builtin_access()) | {"kube-harness"})
+    return sorted(set(_load_entry_points(ACCESS_GROUP)) | set(_builtin_access()) | {"kube-harness"})
 
 
-def machine_access(provider_id: str) -> MachineProvider | None:
-    """A provider reaching the machine with this ``spec.providerID`` (or bare scheme), or None:
+def machine_access_name(provider_id: str) -> str | None:
+    """The name of the provider reaching the machine with this ``spec.providerID``, or None:
     entry points of group ``kube_harness.machine_access`` name a provider per scheme; the
     harness's own nodes (``kube-harness://<provider>/<namespace>/<name>``) name theirs."""
     scheme, _, rest = provider_id.partition("://")
     if scheme == "kube-harness":
         name = rest.split("/", 1)[0]
-        return get(name) if name in names() else None
-    eps = _access_entry_points()
+        return name if name in names() else None
+    eps = _load_entry_points(ACCESS_GROUP)
     if scheme in eps:
-        return get(eps[scheme].value)
-    if scheme in _builtin_access():
-        return get(_builtin_access()[scheme])
-    return None
+        return eps[scheme].value
+    return _builtin_access().get(scheme)
+
+
+def machine_access(provider_id: str) -> MachineProvider | None:
+    """A provider reaching the machine with this ``spec.providerID`` (see :func:`machine_access_name`)."""
+    name = machine_access_name(provider_id)
+    return get(name) if name else None

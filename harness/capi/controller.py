@@ -111,7 +111,7 @@ class CapiController:
         """Delete the Cluster; the controllers remove its machines (and CAPD its containers)."""
         names = [m.name for m in self.provider.list_machines(cluster.name, cluster.namespace)]
         with phase("teardown", cluster=cluster.name):
-            workload.delete(self.api, workload.Workload(cluster.name, cluster.namespace, None, []))  # type: ignore[arg-type]
+            workload.delete_cluster(self.api, cluster.name, cluster.namespace)
         return names
 
     def _system_pods(self, cluster: Cluster) -> None:

@@ -24,7 +24,8 @@ from kubernetes import client, config as kconfig
 
 from harness.cluster import Cluster
 from harness.progress import phase
-from harness.spec import ClusterSpec, SpecError, load
+from harness.kubeadm import preflight
+from harness.spec import ClusterSpec, SpecError
 
 from .clusterctl import Clusterctl
 
@@ -61,11 +62,11 @@ class Management:
         return f"management cluster {self.cluster.name if self.cluster else self.kubeconfig}"
 
 
-def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str, install: bool = True) -> Management:
-    """Build the providers (cached), make the management cluster with ``make_cluster``
-    and install them into it (``install=False``: a cluster made earlier that has them)."""
+def own(make_cluster: Callable[[ClusterSpec], Cluster], spec: ClusterSpec, install: bool = True) -> Management:
+    """Build the providers (cached), make the management cluster of ``spec`` (from
+    :data:`MANAGEMENT_CONFIG`) with ``make_cluster`` and install them into it
+    (``install=False``: a cluster made earlier that has them)."""
     from harness.build import capi as capi_build
-    from harness.kubeadm import preflight
 
     from . import capd
     from .install import DEFAULT_VARIABLES, install as install_providers
@@ -76,7 +77,7 @@ def own(make_cluster: Callable[[ClusterSpec], Cluster], name: str, install: bool
         images = capi_build.build_capi_images(capi_dir)
         repo = build_repository(capi_dir, images)
         capd.build_lb_image()
-    mgmt = make_cluster(load(MANAGEMENT_CONFIG).with_overrides(name=name))
+    mgmt = make_cluster(spec)
     if install:
         ctl = install_providers(mgmt, repo, capi_dir / "bin" / "clusterctl", sorted(images.values()))
     else:
@@ -91,19 +92,24 @@ def external(kubeconfig: str | Path, clusterctl_config: str | Path | None, *, fl
              variables: dict[str, str] | None = None, clusterctl_binary: str | Path | None = None) -> Management:
     """A user's management cluster. ``container_nodes``: the workload's machines are
     containers on this host (node-container kubeadm patches, as for the harness's own)."""
+    check_external(kubeconfig, clusterctl_config, template)
     kc = Path(kubeconfig).expanduser()
-    if not kc.is_file():
+    binary = Path(clusterctl_binary) if clusterctl_binary else _built_clusterctl()
+    config = Path(clusterctl_config).expanduser() if clusterctl_config else _empty_config()
+    ctl = Clusterctl(binary, config, kc, dict(variables or {}))
+    cgroup_v1 = preflight.host_cgroup_v1() if container_nodes else None
+    return Management(kc, ctl, flavor=flavor, template=template, infrastructure=infrastructure,
+                      container_cgroup_v1=cgroup_v1)
+
+
+def check_external(kubeconfig: str | Path, clusterctl_config: str | Path | None, template: str = "") -> None:
+    """The files a user's management cluster is given by exist (nothing is built or contacted)."""
+    if not Path(kubeconfig).expanduser().is_file():
         raise SpecError("--capi-management-kubeconfig", str(kubeconfig), "an existing kubeconfig file")
     if clusterctl_config and not Path(clusterctl_config).expanduser().is_file():
         raise SpecError("--capi-clusterctl-config", str(clusterctl_config), "an existing clusterctl config file")
     if template and "://" not in template and not Path(template).expanduser().is_file():
         raise SpecError("--capi-template", template, "an existing cluster template file or a URL")
-    binary = Path(clusterctl_binary) if clusterctl_binary else _built_clusterctl()
-    config = Path(clusterctl_config).expanduser() if clusterctl_config else _empty_config()
-    ctl = Clusterctl(binary, config, kc, dict(variables or {}))
-    cgroup_v1 = not Path("/sys/fs/cgroup/cgroup.controllers").exists() if container_nodes else None
-    return Management(kc, ctl, flavor=flavor, template=template, infrastructure=infrastructure,
-                      container_cgroup_v1=cgroup_v1)
 
 
 def _built_clusterctl() -> Path:

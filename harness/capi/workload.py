@@ -179,7 +179,7 @@ def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, 
             # the controllers take back what they made (machines, load balancer)
             if delete_on_failure:
                 with contextlib.suppress(Exception):
-                    delete(api, Workload(name, namespace, Path(), docs), timeout=300)
+                    delete_cluster(api, name, namespace, timeout=300)
             raise
 
 
@@ -227,26 +227,28 @@ def _describe(ctl: Clusterctl, name: str, namespace: str) -> str:
         return f"(clusterctl describe failed: {e})"
 
 
-def delete(management: Cluster | client.ApiClient, workload: Workload, timeout: float = 600) -> None:
+def delete(management: Cluster, workload: Workload, timeout: float = 600) -> None:
+    """Delete the workload's Cluster and wait until the controllers removed it (and its machines)."""
+    delete_cluster(management.api_client(), workload.name, workload.namespace, timeout)
+
+
+def delete_cluster(api: client.ApiClient, name: str, namespace: str, timeout: float = 600) -> None:
     """Delete the Cluster and wait until the controllers removed it (and with it its machines)."""
-    api = management.api_client() if isinstance(management, Cluster) else management
     custom = client.CustomObjectsApi(api)
-    with phase("capi-delete", cluster=workload.name):
+    with phase("capi-delete", cluster=name):
         try:
-            custom.delete_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, workload.namespace, "clusters",
-                                                   workload.name)
+            custom.delete_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, namespace, "clusters", name)
         except client.ApiException as e:
             if e.status != 404:
                 raise
         end = time.monotonic() + timeout
         while True:
             try:
-                custom.get_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, workload.namespace, "clusters",
-                                                    workload.name)
+                custom.get_namespaced_custom_object(CAPI_GROUP, CAPI_VERSION, namespace, "clusters", name)
             except client.ApiException as e:
                 if e.status == 404:
                     return
                 raise
             if time.monotonic() > end:
-                raise WorkloadError(f"Cluster {workload.namespace}/{workload.name} still there after {timeout:.0f}s")
+                raise WorkloadError(f"Cluster {namespace}/{name} still there after {timeout:.0f}s")
             time.sleep(3)

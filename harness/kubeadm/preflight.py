@@ -14,16 +14,24 @@ Every other check still fails the run, e.g. a preloaded image missing
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 log = logging.getLogger("harness.kubeadm")
 
 CONTAINER_IGNORES = ("Swap", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables")
 CGROUP_V1_IGNORES = ("SystemVerification",)
+#: exists on cgroup v2 only
+CGROUP_V2_FILE = "/sys/fs/cgroup/cgroup.controllers"
 #: true on cgroup v2; run on a machine
-CGROUP_V2_TEST = ["test", "-f", "/sys/fs/cgroup/cgroup.controllers"]
+CGROUP_V2_TEST = ["test", "-f", CGROUP_V2_FILE]
 
 _warned = threading.Event()
+
+
+def host_cgroup_v1() -> bool:
+    """Whether this host (where the harness runs) is cgroup v1."""
+    return not os.path.exists(CGROUP_V2_FILE)
 
 
 def cgroup_v1(cluster, machine) -> bool:

@@ -87,11 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "validate":
             s = load(a.cluster_config)
+            from .kubeadm.validate import check_kubeadm_patches
+            if not check_kubeadm_patches(s):
+                print(f"note: spec.kubeadm not checked: no kubeadm {s.version} on this host yet (`up` checks it "
+                      f"after the build)")
             print(f"ok: {s.namespace}/{s.name} {s.version} provider={s.provider} machines={s.machine_count}")
         elif a.cmd == "up":
             spec = load(a.cluster_config)
             from .build.nodeimage import check_option
+            from .kubeadm.validate import check_kubeadm_patches
             check_option(a.node_image, spec.provider)
+            check_kubeadm_patches(spec)
             prov = _provider(spec.provider, spec.provider_options)
             owner = reaper.current_owner(f"cli-{uuid.uuid4().hex[:8]}", keep=True)
             if a.bootstrap == "kubeadm":

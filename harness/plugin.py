@@ -118,6 +118,9 @@ def _check_options(config: pytest.Config) -> None:
     from .build.nodeimage import check_option
     check_option(config.getoption("node_image"), spec.provider)
     _check_capi_options(config, spec)
+    if not config.getoption("cluster_api"):
+        from .kubeadm.validate import check_kubeadm_patches
+        check_kubeadm_patches(spec)  # again after the build, if this host has no kubeadm yet
 
 
 CAPI_OPTIONS = ("capi_management_kubeconfig", "capi_clusterctl_config", "capi_infrastructure", "capi_flavor",

@@ -103,6 +103,8 @@ def test_bad_option_fails_session(tmp_path, dk, spec_file, option, value, allowe
      "t.yaml", "only with --capi-management-kubeconfig"),
     (["--cluster-api", "--kubernetes-version", "v1.36.3", "--capi-management-kubeconfig", "/nonexistent/kc"],
      "--capi-management-kubeconfig", "/nonexistent/kc", "an existing kubeconfig file"),
+    (["--cluster-api", "--kubernetes-version", "v1.36.3", "--capi-management-kubeconfig", str(ROOT / "README.md")],
+     "--capi-management-kubeconfig", str(ROOT / "README.md"), "a readable kubeconfig ("),
 ])
 def test_bad_cluster_api_option_fails_session(tmp_path, dk, spec_file, args, option, value, allowed):
     """Checked before any cluster (management or workload) is made."""
@@ -151,6 +153,76 @@ def test_bad_option_with_xdist_starts_no_worker(tmp_path, dk, spec_file):
     assert rc == pytest.ExitCode.USAGE_ERROR, out
     assert out.count("invalid --provider: 'nope'") == 1, out  # the controller checks once
     assert "[gw0]" not in out and "workers" not in out, out
+
+
+# --- kubeadm patches, checked by the real kubeadm ---------------------------
+
+BAD_PATCHES = {
+    "clusterConfiguration": {"networking": {"podSubnett": "10.250.0.0/16"}},
+    "kubeletConfiguration": {"failSwapOnn": False, "maxPods": "many"},
+    "kubeProxyConfiguration": {"conntrack": {"maxPerCor": 1}},
+    "joinConfiguration": {"discovery": {"timeoutt": "5m"}},
+}
+BAD_PATCH_LINES = [
+    "invalid spec.kubeadm.clusterConfiguration.networking.podSubnett: '10.250.0.0/16'; allowed: a field of "
+    "kubeadm's ClusterConfiguration (did you mean 'podSubnet'?)",
+    "invalid spec.kubeadm.kubeletConfiguration.maxPods: 'many'; allowed: a value of Go type int32",
+    "invalid spec.kubeadm.kubeProxyConfiguration.conntrack.maxPerCor: 1; allowed: a field of kubeadm's "
+    "KubeProxyConfiguration (did you mean 'maxPerCore'?)",
+    "invalid spec.kubeadm.joinConfiguration.discovery.timeoutt: '5m'; allowed: a field of kubeadm's "
+    "JoinConfiguration",
+]
+
+
+@pytest.fixture(scope="module")
+def kubeadm_built():
+    """The default version's kubeadm on this host (cached by ci/setup.sh; built otherwise)."""
+    from harness.build.kube import build_kubernetes
+    return build_kubernetes() / "bin" / "kubeadm"
+
+
+def _with_patches(path: Path, patches: dict) -> Path:
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["kubeadm"] = patches
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_bad_kubeadm_patches_fail_session(tmp_path, dk, spec_file, kubeadm_built):
+    """Every unknown field, wrong type and value kubeadm refuses, in every document, at once."""
+    path = _with_patches(spec_file[0], BAD_PATCHES)
+    rc, out = run_pytest(tmp_path, dk, "--cluster-config", str(path))
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    for line in BAD_PATCH_LINES:
+        assert f"{path}: {line}" in out, out
+    assert "must not run" not in out, out
+
+
+def test_bad_kubeadm_patches_in_cli(spec_file, kubeadm_built):
+    path = _with_patches(spec_file[0], {"kubeletConfiguration": {"failSwapOnn": False}})
+    for cmd in ("validate", "up"):
+        rc, out = run_cli(cmd, "-c", str(path))
+        assert rc == 2, out
+        assert out.strip() == (f"error: {path}: invalid spec.kubeadm.kubeletConfiguration.failSwapOnn: False; "
+                               f"allowed: a field of kubeadm's KubeletConfiguration (did you mean 'failSwapOn'?)")
+    # kubeadm's own validation (once the fields decode)
+    path = _with_patches(path, {"clusterConfiguration": {"certificatesDir": "relative", "etcd": {"local": {
+        "dataDir": "/var/lib/etcd", "extraArgs": [{"name": "quota-backend-bytes", "value": "8589934592"}]}}}})
+    rc, out = run_cli("validate", "-c", str(path))
+    assert rc == 2, out
+    assert out.strip() == (f"error: {path}: invalid spec.kubeadm.clusterConfiguration.certificatesDir: 'relative'; "
+                           f"allowed: a value kubeadm's ClusterConfiguration accepts; kubeadm: path is not absolute")
+
+
+def test_good_kubeadm_patches_pass(spec_file, kubeadm_built):
+    path = _with_patches(spec_file[0], {
+        "clusterConfiguration": {"apiServer": {"extraArgs": [{"name": "v", "value": "2"}]}},
+        "kubeletConfiguration": {"maxPods": 50, "evictionHard": {"memory.available": "1%"}},
+        "kubeProxyConfiguration": {"iptables": {"minSyncPeriod": "2s"}},
+        "joinConfiguration": {"nodeRegistration": {"ignorePreflightErrors": ["Swap"]}},
+    })
+    rc, out = run_cli("validate", "-c", str(path))
+    assert rc == 0 and out.startswith("ok: "), out
 
 
 # --- CLI ----------------------------------------------------------------

@@ -139,6 +139,22 @@ def build_kubernetes(version: str | None = None, *, source: str | None = None,
     return produce(out, build, force)
 
 
+def cached_kubeadm(version: str) -> Path | None:
+    """kubeadm of ``version`` if it is already on this host (built or from the
+    release directory); never builds."""
+    release_dir = os.environ.get(RELEASE_DIR_ENV)
+    if release_dir:
+        p = Path(release_dir.replace("{version}", version)) / "kubeadm"
+        return p if p.is_file() else None
+    if version != pinned_version() and not is_complete(cache_dir() / "kube-src" / version):
+        return None
+    try:
+        out = output_dir(version)
+    except BuildError:
+        return None
+    return out / "bin" / "kubeadm" if is_complete(out) else None
+
+
 def _verify(bindir: Path, version: str) -> None:
     for c in COMMANDS:
         if not (bindir / c).is_file():

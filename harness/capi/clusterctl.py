@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -21,6 +22,17 @@ log = logging.getLogger("harness.capi")
 
 class ClusterctlError(Exception):
     pass
+
+
+class MissingVariables(ClusterctlError):
+    """The cluster template uses variables nobody set."""
+
+    def __init__(self, message: str, names: list[str]):
+        super().__init__(message)
+        self.names = names
+
+
+_MISSING_VARIABLES = re.compile(r"value for variables \[([^\]]*)\] is not set")
 
 
 @dataclass
@@ -67,7 +79,13 @@ class Clusterctl:
             args += ["--infrastructure", infrastructure]
         if template:  # a file or URL instead of the provider's templates
             args += ["--from", template]
-        return self.run(*args, timeout=120)
+        try:
+            return self.run(*args, timeout=120)
+        except ClusterctlError as e:
+            missing = _MISSING_VARIABLES.search(str(e))
+            if missing:
+                raise MissingVariables(str(e), [v.strip() for v in missing.group(1).split(",")]) from None
+            raise
 
     def kubeconfig_of(self, name: str, namespace: str) -> str:
         return self.run("get", "kubeconfig", name, "--namespace", namespace, timeout=60)

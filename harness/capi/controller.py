@@ -11,9 +11,10 @@ KubeadmControlPlane's and MachineDeployment's replicas).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from kubernetes import client
 
@@ -25,11 +26,24 @@ from harness.waits import node_ready, until
 from providers.base import Machine, Owner
 
 from . import workload
+from .clusterctl import MissingVariables
 from .machines import CAPI_GROUP, CAPI_VERSION, L_CLUSTER_NAME, CapiMachines
 from .management import Management
 
 log = logging.getLogger("harness.capi")
 KCP_GROUP = "controlplane.cluster.x-k8s.io"
+
+
+@contextlib.contextmanager
+def _named_variables(m: Management) -> Iterator[None]:
+    """A template with unset variables is the user's input: name the option and the variables."""
+    try:
+        yield
+    except MissingVariables as e:
+        option, value = ("--capi-template", m.template) if m.template else ("--capi-flavor", m.flavor or "(default)")
+        raise SpecError(option, value, f"a cluster template whose variables are all set; not set: {e.names} (give "
+                                       f"them with --capi-var NAME=VALUE, the environment or the clusterctl config)"
+                        ) from None
 
 
 def check_spec(spec: ClusterSpec, supports: tuple[int, int] | None) -> None:
@@ -74,7 +88,7 @@ class CapiController:
         try:
             with phase("image", cluster=spec.name, timings=cluster.timings):
                 m.prepare(spec.version)
-            with phase("cluster-api", cluster=spec.name, timings=cluster.timings):
+            with phase("cluster-api", cluster=spec.name, timings=cluster.timings), _named_variables(m):
                 workload.generate(m.clusterctl, self.api, spec.name, spec.namespace, spec.version,
                                   spec.control_plane.replicas, sum(d.replicas for d in spec.workers),
                                   state_dir=cluster.state_dir, flavor=m.flavor, template=m.template,

@@ -45,6 +45,7 @@ from providers.base import ExecResult, Machine
 
 from . import cni, preflight
 from . import config as kconfig
+from .validate import check_kubeadm_patches
 
 log = logging.getLogger("harness.kubeadm")
 
@@ -90,6 +91,13 @@ class KubeadmBootstrapper:
 
     # ------------------------------------------------------------ image
     def image(self, cluster: Cluster) -> str:
+        """The node image (:meth:`_image`), after the spec's kubeadm patches
+        passed the real kubeadm of its version (when this host has it)."""
+        image = self._image(cluster)
+        check_kubeadm_patches(cluster.spec)
+        return image
+
+    def _image(self, cluster: Cluster) -> str:
         """The node image: ``node_image`` (--node-image), else the spec's
         ``provider.options.image``, else a node image built for the spec's
         version (Docker provider: ``harness.build.nodeimage.build_node_image``

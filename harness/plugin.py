@@ -22,6 +22,7 @@ from . import artifacts, junit, reaper, versions
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import artifacts_dir, configure, log
+from .reached import NoMachineAccess
 from .spec import ClusterSpec, SpecError, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--cluster-scope", choices=("shared", "worker"), default="shared",
                 help="with xdist: one cluster shared by all workers (default) or one per worker")
     g.addoption("--no-reap", action="store_true", help="do not remove objects left by dead runs")
+    e = parser.getgroup("kube-harness-existing", "A cluster the harness did not make")
+    e.addoption("--kubeconfig", default=os.environ.get("KUBE_HARNESS_KUBECONFIG") or None,
+                help="run the suites on the cluster this kubeconfig reaches (env KUBE_HARNESS_KUBECONFIG): no "
+                     "machine is created or deleted; tests that make clusters of their own skip")
+    e.addoption("--machine-access", choices=("auto", "none"), default="auto",
+                help="with --kubeconfig: reach nodes through the provider of their providerID (auto), or never "
+                     "(none: tests that need a node's shell skip)")
     c = parser.getgroup("kube-harness-capi", "Cluster API mode: the cluster fixtures' clusters come from Cluster API")
     c.addoption("--cluster-api", action="store_true", default=os.environ.get("KUBE_HARNESS_CLUSTER_API") == "1",
                 help="make the kubeadm clusters through Cluster API (env KUBE_HARNESS_CLUSTER_API=1): the harness's "
@@ -109,6 +117,11 @@ def _fail_on_bad_options(config: pytest.Config) -> None:
 
 
 def _check_options(config: pytest.Config) -> None:
+    if config.getoption("kubeconfig"):
+        _check_existing_options(config)
+        return
+    if config.getoption("machine_access") != "auto":
+        raise SpecError("--machine-access", config.getoption("machine_access"), "only with --kubeconfig")
     provider, version = config.getoption("provider"), config.getoption("kubernetes_version")
     if provider and provider not in registry.names():
         raise SpecError("--provider", provider, f"one of {registry.names()}")
@@ -121,6 +134,18 @@ def _check_options(config: pytest.Config) -> None:
     if not config.getoption("cluster_api"):
         from .kubeadm.validate import check_kubeadm_patches
         check_kubeadm_patches(spec)  # again after the build, if this host has no kubeadm yet
+
+
+#: options about making clusters, which a given cluster (--kubeconfig) has no use for
+MAKING_OPTIONS = ("provider", "kubernetes_version", "node_image", "keep_cluster", "reuse_cluster", "cluster_api")
+
+
+def _check_existing_options(config: pytest.Config) -> None:
+    given = [o for o in MAKING_OPTIONS if config.getoption(o)]
+    if given:
+        raise SpecError("--" + given[0].replace("_", "-"), config.getoption(given[0]),
+                        "nothing with --kubeconfig: the harness makes no cluster, it uses the given one")
+    _spec(config)  # a readable kubeconfig, a cluster that answers, a supported version
 
 
 CAPI_OPTIONS = ("capi_management_kubeconfig", "capi_clusterctl_config", "capi_infrastructure", "capi_flavor",
@@ -182,7 +207,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
-    if _is_worker(config) or config.getoption("no_reap") or config.getoption("collectonly"):
+    if _is_worker(config) or config.getoption("no_reap") or config.getoption("collectonly") \
+            or config.getoption("kubeconfig"):
         return
     try:
         reaper.reap(_provider_for(config, _spec(config)))
@@ -217,6 +243,11 @@ def _spec(config: pytest.Config) -> ClusterSpec:
     cached = getattr(config, "_kh_spec", None)
     if cached is not None:
         return cached
+    if config.getoption("kubeconfig"):
+        from .existing import describe
+        spec = describe(config.getoption("kubeconfig"))
+        config._kh_spec = spec  # type: ignore[attr-defined]
+        return spec
     spec = load(config.getoption("cluster_config"))
     over: dict[str, Any] = {}
     if config.getoption("provider"):
@@ -273,6 +304,7 @@ class ClusterFactory:
 
     def __call__(self, spec: ClusterSpec | str | Path | None = None, *, bootstrap: str = "kubeadm",
                  name: str | None = None, **overrides: Any) -> Cluster:
+        _skip_if_given_cluster(self.config)
         if spec is None:
             spec = _spec(self.config)
         elif not isinstance(spec, ClusterSpec):
@@ -307,6 +339,12 @@ class ClusterFactory:
         self.created.clear()
 
 
+def _skip_if_given_cluster(config: pytest.Config) -> None:
+    if config.getoption("kubeconfig"):
+        pytest.skip("makes clusters or machines of its own; with --kubeconfig the harness creates and deletes "
+                    "nothing")
+
+
 def _collect_on_failure(cluster: Cluster) -> None:
     artifacts.collect(cluster, reason="provisioning failed")
 
@@ -335,11 +373,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("direct_mode") and item.config.getoption("cluster_api"):
         pytest.skip("checks what the harness configures in direct mode; with --cluster-api the cluster "
                     "template (its KubeadmConfigSpec, its infrastructure) decides")
+    if item.get_closest_marker("direct_mode") and item.config.getoption("kubeconfig"):
+        pytest.skip("checks what the harness configures in direct mode; the cluster given by --kubeconfig was "
+                    "made by someone else")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     rep = yield
+    if call.excinfo is not None and isinstance(call.excinfo.value, NoMachineAccess) \
+            and item.config.getoption("kubeconfig"):
+        rep.outcome = "skipped"  # a given cluster whose nodes the harness cannot reach
+        rep.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: needs machine access: {call.excinfo.value}")
     if rep.when == "call":
         item._kh_rep_call = rep  # type: ignore[attr-defined]
     return rep
@@ -359,6 +404,13 @@ def cluster(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Iter
 
 def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, bootstrap: str) -> Iterator[Cluster]:
     spec = _spec(config)
+    if config.getoption("kubeconfig"):
+        if bootstrap != "kubeadm":
+            _skip_if_given_cluster(config)
+        from .existing import existing_cluster
+        yield existing_cluster(config.getoption("kubeconfig"), reaper.current_owner(run_id(config)),
+                               machine_access=config.getoption("machine_access") == "auto")
+        return
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     scope = config.getoption("cluster_scope")
     factory = ClusterFactory(config, request)
@@ -408,6 +460,7 @@ def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     """The Cluster API management cluster of the session (--cluster-api): the harness's own
     (made directly, the providers it builds installed; deleted at the end) or the user's."""
     from .capi import management
+    _skip_if_given_cluster(pytestconfig)
     opt = pytestconfig.getoption
     variables = dict(v.split("=", 1) for v in opt("capi_var"))
     if opt("capi_management_kubeconfig"):

@@ -22,24 +22,31 @@ from providers.base import ExecResult, Health, Machine, MachineProvider, Machine
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
+class NoMachineAccess(ProviderError):
+    """The harness cannot (or was told not to) reach this machine."""
+
+
 class ReachedMachines(MachineProvider):
-    """Subclasses list the machines; this reaches them."""
+    """Subclasses list the machines; this reaches them (``access=False``: never)."""
 
     name = "reached"
     #: who makes and deletes these machines (for the error of what is not ours to do)
     owner_hint = "whoever made the cluster"
 
-    def __init__(self) -> None:
+    def __init__(self, access: bool = True) -> None:
         super().__init__({})
         self._access: dict[str, MachineProvider] = {}
+        self._may_access = access
 
     def access(self, machine: Machine) -> MachineProvider:
         pid = machine.provider_id
+        if not self._may_access:
+            raise NoMachineAccess(f"{machine.name}: machine access is off (--machine-access=none)")
         if "://" not in pid:
-            raise ProviderError(f"{machine.name}: no spec.providerID yet (machine {machine.state})")
+            raise NoMachineAccess(f"{machine.name}: no spec.providerID yet (machine {machine.state})")
         name = registry.machine_access_name(pid)
         if name is None:
-            raise ProviderError(f"{machine.name}: no provider reaches machines with providerID scheme "
+            raise NoMachineAccess(f"{machine.name}: no provider reaches machines with providerID scheme "
                                 f"{pid.split('://')[0]!r} ({pid}); registered schemes: "
                                 f"{registry.machine_access_schemes()} (entry point group {registry.ACCESS_GROUP})")
         if name not in self._access:
@@ -112,10 +119,12 @@ class NodeMachines(ReachedMachines):
     name = "nodes"
     owner_hint = "the cluster's owner"
 
-    def __init__(self, api: client.ApiClient, cluster: str = ""):
-        super().__init__()
+    def __init__(self, api: client.ApiClient, cluster: str = "", *, deployments: Mapping[str, str] | None = None,
+                 access: bool = True):
+        super().__init__(access)
         self.core = client.CoreV1Api(api)
         self.cluster = cluster
+        self.deployments = dict(deployments or {})  # role -> the MachineDeployment name it is given
 
     def list_machines(self, cluster: str | None = None, namespace: str | None = None,
                       selector: Mapping[str, str] | None = None) -> list[Machine]:
@@ -125,9 +134,9 @@ class NodeMachines(ReachedMachines):
             labels = n.metadata.labels or {}
             ready = any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
             addrs = tuple(a.address for a in n.status.addresses or [] if a.type == "InternalIP")
-            out.append(Machine(name=n.metadata.name, cluster=self.cluster, namespace="",
-                               role="control-plane" if CONTROL_PLANE_LABEL in labels else "worker",
-                               deployment="", provider_id=n.spec.provider_id or "",
+            role = "control-plane" if CONTROL_PLANE_LABEL in labels else "worker"
+            out.append(Machine(name=n.metadata.name, cluster=self.cluster, namespace="", role=role,
+                               deployment=self.deployments.get(role, ""), provider_id=n.spec.provider_id or "",
                                state="running" if ready else "not-ready", addresses=addrs, labels=dict(labels)))
         return sorted(out, key=lambda m: m.name)
 

@@ -104,27 +104,12 @@ def external(kubeconfig: str | Path, clusterctl_config: str | Path | None, *, fl
 
 def check_external(kubeconfig: str | Path, clusterctl_config: str | Path | None, template: str = "") -> None:
     """The files a user's management cluster is given by exist (nothing is built or contacted)."""
-    if not Path(kubeconfig).expanduser().is_file():
-        raise SpecError("--capi-management-kubeconfig", str(kubeconfig), "an existing kubeconfig file")
-    if why := kubeconfig_problem(Path(kubeconfig).expanduser()):
-        raise SpecError("--capi-management-kubeconfig", str(kubeconfig), f"a readable kubeconfig ({why})")
+    from harness.existing import check_kubeconfig
+    check_kubeconfig(kubeconfig, "--capi-management-kubeconfig")
     if clusterctl_config and not Path(clusterctl_config).expanduser().is_file():
         raise SpecError("--capi-clusterctl-config", str(clusterctl_config), "an existing clusterctl config file")
     if template and "://" not in template and not Path(template).expanduser().is_file():
         raise SpecError("--capi-template", template, "an existing cluster template file or a URL")
-
-
-def kubeconfig_problem(path: Path) -> str | None:
-    """What keeps the Kubernetes client from using ``path`` (its current context), or None."""
-    from kubernetes import config as kconfig
-    from kubernetes.config.config_exception import ConfigException
-    try:
-        kconfig.new_client_from_config(str(path)).close()
-    except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as e:
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
-    except Exception as e:  # the YAML itself
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
 
 
 def _built_clusterctl() -> Path:

@@ -1,0 +1,125 @@
+"""--kubeconfig: the suites on a cluster the harness did not make in this
+session (made here with ``kube-harness up``, as a user would bring theirs).
+Nothing is created or deleted; tests that need what a given cluster cannot
+give skip, saying why."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from providers.base import L_CLUSTER, L_RUN
+
+pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def given(tmp_path_factory):
+    """A one-node cluster made outside the session under test; its kubeconfig."""
+    name = f"kh-given-{uuid.uuid4().hex[:4]}"
+    doc = yaml.safe_load((ROOT / "configs" / "single.yaml").read_text())
+    doc["metadata"]["name"] = name
+    spec = tmp_path_factory.mktemp("given") / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    up = _cli("up", "-c", str(spec))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        kubeconfig = Path(re.search(r"KUBECONFIG=(\S+)", up.stdout + up.stderr).group(1))
+        yield name, kubeconfig
+    finally:
+        down = _cli("down", name)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def containers(label: str) -> list[str]:
+    dk = docker.from_env()
+    try:
+        return sorted(f"{c.name}:{c.id[:12]}" for c in dk.containers.list(all=True, filters={"label": label}))
+    finally:
+        dk.close()
+
+
+def run_suites(tmp_path: Path, *args: str, given_name: str = "") -> tuple[int, str]:
+    """An inner pytest session with ``args``; asserts it made no container and
+    left the given cluster's containers as they were."""
+    run_id = f"kg{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KUBE_HARNESS_CLUSTER_API"))}
+    env.update(ARTIFACTS=str(tmp_path / "artifacts"), KUBE_HARNESS_RUN_ID=run_id)
+    before = containers(f"{L_CLUSTER}={given_name}") if given_name else []
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-q", *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=1200)
+    assert containers(f"{L_RUN}={run_id}") == [], "the session created containers"
+    if given_name:
+        assert containers(f"{L_CLUSTER}={given_name}") == before, "the given cluster's containers changed"
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_kubeadm_suite_on_a_given_cluster(given, tmp_path):
+    name, kubeconfig = given
+    rc, out = run_suites(tmp_path, "suites/kubeadm", "--kubeconfig", str(kubeconfig), given_name=name)
+    assert rc == 0, out[-5000:]
+    passed = int(re.search(r"(\d+) passed", out).group(1))
+    assert passed >= 25, out[-3000:]
+    # the harness's own settings are not checked on someone else's cluster
+    assert "the cluster given by --kubeconfig was made by someone else" in out, out[-3000:]
+    assert (tmp_path / "artifacts" / "junit_kubeadm.xml").is_file()
+
+
+def test_black_box_without_machine_access(given, tmp_path):
+    """--machine-access=none: what needs a node's shell skips with the reason; the API checks run."""
+    name, kubeconfig = given
+    rc, out = run_suites(tmp_path, "suites/kubeadm/test_nodes.py", "suites/kubeadm/test_control_plane.py",
+                         "--kubeconfig", str(kubeconfig), "--machine-access", "none", given_name=name)
+    assert rc == 0, out[-5000:]
+    assert "needs machine access: " in out and "machine access is off (--machine-access=none)" in out, out[-3000:]
+    assert re.search(r"(\d+) passed", out), out[-3000:]
+
+
+def test_lifecycle_makes_nothing_on_a_given_cluster(given, tmp_path):
+    name, kubeconfig = given
+    rc, out = run_suites(tmp_path, "suites/lifecycle/test_scale_repair.py", "--kubeconfig", str(kubeconfig),
+                         given_name=name)
+    assert rc == 0, out[-5000:]
+    assert "makes clusters or machines of its own; with --kubeconfig the harness creates and deletes nothing" \
+        in out, out[-3000:]
+    assert " passed" not in out and " failed" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--provider", "docker"], "invalid --provider: 'docker'; allowed: nothing with --kubeconfig"),
+    (["--cluster-api"], "invalid --cluster-api: True; allowed: nothing with --kubeconfig"),
+    (["--keep-cluster"], "invalid --keep-cluster: True; allowed: nothing with --kubeconfig"),
+])
+def test_making_options_refused_with_a_given_cluster(given, tmp_path, args, message):
+    _, kubeconfig = given
+    rc, out = run_suites(tmp_path, "suites/kubeadm/test_nodes.py", "--kubeconfig", str(kubeconfig), *args)
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    assert message in out, out
+
+
+def test_unreachable_kubeconfig_refused(tmp_path):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    rc, out = run_suites(tmp_path, "suites/kubeadm/test_nodes.py", "--kubeconfig", str(kc))
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    assert f"invalid --kubeconfig: '{kc}'; allowed: the kubeconfig of a cluster that answers (" in out, out
+    rc, out = run_suites(tmp_path, "suites/kubeadm/test_nodes.py", "--machine-access", "none")
+    assert rc == pytest.ExitCode.USAGE_ERROR, out
+    assert "invalid --machine-access: 'none'; allowed: only with --kubeconfig" in out, out

@@ -8,6 +8,7 @@
   kube-harness validate -c FILE                      # check a spec, create nothing
   kube-harness schema                                # the spec's JSON Schema (configs/schema.json)
   kube-harness capi-init --kubeconfig FILE           # install the Cluster API providers the harness builds
+  kube-harness load-image IMAGE... --cluster NAME    # local Docker images into every node (as kind load)
 """
 from __future__ import annotations
 
@@ -79,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     ci.add_argument("--no-load-images", action="store_true",
                     help="do not put the providers' images into the nodes (the cluster pulls them itself)")
     ci.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="a clusterctl variable")
+    li = sub.add_parser("load-image", help="put local Docker images into every node's containerd (as `kind load "
+                                           "docker-image`), checked with crictl on each node")
+    li.add_argument("images", nargs="+", metavar="IMAGE")
+    which = li.add_mutually_exclusive_group(required=True)
+    which.add_argument("--cluster", help="a cluster the harness made (see `kube-harness list`)")
+    which.add_argument("--kubeconfig", help="any cluster whose nodes the harness reaches (their providerID)")
+    li.add_argument("-n", "--namespace", default="default")
+    li.add_argument("--provider", default="docker")
     a = p.parse_args(argv)
     if a.cmd == "schema":
         print(json.dumps(schema.json_schema(), indent=2))
@@ -131,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "reap":
             deleted = reaper.reap(_provider(a.provider))
             print(f"reaped {len(deleted)} objects")
+        elif a.cmd == "load-image":
+            _load_image(a)
         elif a.cmd == "capi-init":
             _capi_init(a.kubeconfig, a.var, load=not a.no_load_images)
     except SpecError as e:
@@ -141,6 +152,27 @@ def main(argv: list[str] | None = None) -> int:
         log.error("interrupted")
         return 130
     return 0
+
+
+def _load_image(a: argparse.Namespace) -> None:
+    from .existing import existing_cluster
+    from .images_load import ImageLoadError, image_ids, load_images
+    for image in a.images:
+        try:
+            image_ids([image])
+        except ImageLoadError:
+            raise SpecError("IMAGE", image, "an image in `docker images`") from None
+    kubeconfig = a.kubeconfig
+    if a.cluster:
+        prov = _provider(a.provider)
+        _require_cluster(prov, a.cluster, a.namespace)
+        kubeconfig = Cluster.state_dir_of(a.cluster, a.namespace) / "kubeconfig"
+        if not kubeconfig.is_file():
+            raise SpecError("--cluster", a.cluster, "a bootstrapped cluster (it has no kubeconfig)")
+    cluster = existing_cluster(kubeconfig, reaper.current_owner("cli-load-image"))
+    loaded = load_images(cluster, a.images)
+    for machine, tags in sorted(loaded.items()):
+        print(f"{machine}: {'loaded ' + ', '.join(tags) if tags else 'had them'}")
 
 
 def _capi_init(kubeconfig: str, variables: list[str], load: bool) -> None:

@@ -41,13 +41,18 @@ class Cluster:
         self.provider = provider
         self.owner = owner
         self.name, self.namespace = spec.name, spec.namespace
-        self.state_dir = state_dir or Path(tempfile.gettempdir()) / "kube-harness" / f"{self.namespace}-{self.name}"
+        self.state_dir = state_dir or self.state_dir_of(self.name, self.namespace)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.deployments = {d.name: MachineDeployment(d.name, self.name, self.namespace, d.role, d.replicas,
                                                       spec.version, dict(d.labels)) for d in spec.deployments}
         self.bootstrapped = False
         self.timings: dict[str, float] = {}
         self._client = None
+
+    @staticmethod
+    def state_dir_of(name: str, namespace: str) -> Path:
+        """Where a cluster's kubeconfig and state live on this host."""
+        return Path(tempfile.gettempdir()) / "kube-harness" / f"{namespace}-{name}"
 
     def check_replicas(self, deployment: str, replicas: object) -> None:
         """A replica count for ``deployment`` (scale): an int within the spec's
@@ -95,6 +100,12 @@ class Cluster:
         if isinstance(cmd, str):
             cmd = ["bash", "-c", cmd]
         return self.provider.exec(m, list(cmd), **kw)
+
+    def load_images(self, *tags: str) -> dict[str, list[str]]:
+        """Put local Docker images into every node's containerd (``kind load docker-image``);
+        returns machine -> the tags it lacked. See :mod:`harness.images_load`."""
+        from .images_load import load_images
+        return load_images(self, tags)
 
     # kubeconfig and clients
     @property

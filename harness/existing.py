@@ -117,7 +117,8 @@ def _short(e: Exception) -> str:
 def existing_cluster(kubeconfig: str | Path, owner: Owner, *, machine_access: bool = True) -> Cluster:
     """The handle on the cluster ``kubeconfig`` reaches (see the module doc)."""
     spec = describe(kubeconfig)
-    state = Path(tempfile.mkdtemp(prefix=f"kh-existing-{spec.name}-"))
+    state = Path(tempfile.gettempdir()) / "kube-harness" / f"given-{spec.name}"
+    state.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(kubeconfig).expanduser(), state / "kubeconfig")
     (state / "kubeconfig").chmod(0o600)
     api = kconfig.new_client_from_config(str(state / "kubeconfig"))

@@ -1,6 +1,8 @@
 """Put local Docker images into every node's containerd, like
 ``kind load docker-image``: ``docker save`` the tags and stream the archive
-into ``ctr -n k8s.io images import -`` on each machine.
+into ``ctr -n k8s.io images import --platform <the node's> -`` on each
+machine (one platform only), then check with ``crictl`` on every node that
+the kubelet sees each image under its tag with the Docker image's ID.
 
 Provider-agnostic: it only uses the MachineProvider interface (``exec``
 with stdin), so any provider whose machines run containerd works.  Nodes
@@ -24,7 +26,8 @@ log = logging.getLogger("harness.images")
 
 CTR_NAMESPACE = "k8s.io"
 _SNAPSHOTTER_CMD = ("sed -n -E 's/^[[:space:]]*snapshotter[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\\1/p' "
-                    "/etc/containerd/config.toml 2>/dev/null | head -1")
+                    "/etc/containerd/config.toml 2>/dev/null | head -1; uname -m")
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
 class ImageLoadError(RuntimeError):
@@ -118,14 +121,26 @@ def _save(tags: Sequence[str]) -> bytes:
 
 
 def _import(cluster, machine: Machine, archive: bytes, namespace: str, timeout: float) -> None:
-    snap = cluster.provider.exec(machine, ["sh", "-c", _SNAPSHOTTER_CMD], check=False, timeout=60).stdout.strip()
-    cmd = ["ctr", "-n", namespace, "images", "import", "--all-platforms"]
+    *snap, machine_arch = cluster.provider.exec(machine, ["sh", "-c", _SNAPSHOTTER_CMD], check=False,
+                                                timeout=60).stdout.split() or ["x86_64"]
+    arch = _ARCH.get(machine_arch, machine_arch)
+    cmd = ["ctr", "-n", namespace, "images", "import", "--platform", f"linux/{arch}"]
     if snap:
-        cmd.append(f"--snapshotter={snap}")
+        cmd.append(f"--snapshotter={snap[0]}")
     res = cluster.provider.exec(machine, cmd + ["-"], input=archive, check=False, timeout=timeout)
     if res.exit_code != 0:
         raise ImageLoadError(f"{machine.name}: {' '.join(cmd)} exited {res.exit_code}: "
                              f"{(res.stderr or res.stdout).strip()[-1500:]}")
+
+
+def cri_missing(cluster, machine: Machine, ids: dict[str, str]) -> list[str]:
+    """The tags of ``ids`` (tag -> docker image ID) that ``crictl images`` on
+    ``machine`` does not list under that tag with that ID (what the kubelet sees)."""
+    res = cluster.provider.exec(machine, ["crictl", "images", "-o", "json"], check=False, timeout=120)
+    if res.exit_code != 0:
+        raise ImageLoadError(f"{machine.name}: crictl images failed: {(res.stderr or res.stdout).strip()[-500:]}")
+    seen = {(tag, img["id"]) for img in json.loads(res.stdout).get("images", []) for tag in img.get("repoTags") or []}
+    return [t for t, iid in ids.items() if (normalize(t), iid) not in seen]
 
 
 def load_images(cluster, tags: Iterable[str], *, machines: Sequence[Machine] | None = None,
@@ -172,6 +187,11 @@ def load_images(cluster, tags: Iterable[str], *, machines: Sequence[Machine] | N
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             for f in [pool.submit(one, m) for m in ms]:
                 f.result()
+    if namespace == CTR_NAMESPACE:  # what the kubelet sees, on every node
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            for m, still in zip(machines, pool.map(lambda m: cri_missing(cluster, m, ids), machines)):
+                if still:
+                    raise ImageLoadError(f"{m.name}: crictl does not list {still} with the local image IDs")
     log.info(f"images on {len(machines)} machines in {time.monotonic() - t0:.1f}s",
              extra={"phase": "load-images", "cluster": getattr(cluster, "name", "")})
     return loaded

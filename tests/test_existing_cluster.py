@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -123,3 +124,58 @@ def test_unreachable_kubeconfig_refused(tmp_path):
     rc, out = run_suites(tmp_path, "suites/kubeadm/test_nodes.py", "--machine-access", "none")
     assert rc == pytest.ExitCode.USAGE_ERROR, out
     assert "invalid --machine-access: 'none'; allowed: only with --kubeconfig" in out, out
+
+
+# --- kube-harness load-image ----------------------------------------------
+
+def test_load_image_into_every_node(given, tmp_path):
+    """A local image (the busybox the suites use, under a tag of its own) goes into every
+    node; crictl lists it; a pod runs it with imagePullPolicy Never; a second load is a no-op."""
+    from kubernetes import client, config as kconfig
+    from harness.build.testimages import build_busybox
+    name, kubeconfig = given
+    tag = f"kube-harness/load-test:{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "tag", build_busybox(), tag], check=True)
+    try:
+        p = _cli("load-image", tag, "--cluster", name)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert re.search(rf"{name}-control-plane-\w+: loaded {re.escape(tag)}", p.stdout), p.stdout
+        dk = docker.from_env()
+        try:
+            for c in dk.containers.list(filters={"label": f"{L_CLUSTER}={name}"}):
+                if "control-plane" in c.name or "-md-" in c.name:
+                    out = c.exec_run(["crictl", "images", "-o", "json"]).output.decode()
+                    assert f"docker.io/{tag}" in out, (c.name, out[-2000:])
+        finally:
+            dk.close()
+        again = _cli("load-image", tag, "--kubeconfig", str(kubeconfig))
+        assert again.returncode == 0 and "had them" in again.stdout, again.stdout + again.stderr
+        api = kconfig.new_client_from_config(str(kubeconfig))
+        core = client.CoreV1Api(api)
+        pod = f"load-test-{uuid.uuid4().hex[:6]}"
+        core.create_namespaced_pod("default", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=pod),
+            spec=client.V1PodSpec(restart_policy="Never", tolerations=[client.V1Toleration(operator="Exists")],
+                                  containers=[client.V1Container(name="c", image=tag, image_pull_policy="Never",
+                                                                 command=["sh", "-c", "echo loaded-ok"])])))
+        try:
+            end = time.monotonic() + 120
+            while core.read_namespaced_pod(pod, "default").status.phase not in ("Succeeded", "Failed"):
+                assert time.monotonic() < end, core.read_namespaced_pod(pod, "default").status
+                time.sleep(2)
+            assert core.read_namespaced_pod_log(pod, "default").strip() == "loaded-ok"
+        finally:
+            core.delete_namespaced_pod(pod, "default")
+            api.close()
+    finally:
+        subprocess.run(["docker", "rmi", tag], capture_output=True)
+
+
+def test_load_image_bad_inputs(given):
+    name, _ = given
+    p = _cli("load-image", "kube-harness/no-such-image:v0", "--cluster", name)
+    assert (p.returncode, p.stderr.strip()) == (2, "error: invalid IMAGE: 'kube-harness/no-such-image:v0'; "
+                                                   "allowed: an image in `docker images`"), p.stdout + p.stderr
+    from harness.build.testimages import build_busybox
+    p = _cli("load-image", build_busybox(), "--cluster", "kh-no-such-cluster")
+    assert p.returncode == 2 and "invalid cluster: 'default/kh-no-such-cluster'; allowed: " in p.stderr, p.stderr

@@ -10,7 +10,7 @@ an HTTP server behind a Service and DNS/HTTP clients.
 * :func:`test_images` builds (or finds) the images and returns their tags;
   a node image build may include them in its preload list.
 * :func:`ensure_loaded` imports them into a running cluster's nodes
-  (``docker save`` | ``ctr -n k8s.io images import -``) when a node lacks
+  (:mod:`harness.images_load`) when a node lacks
   them, so suites do not depend on the node image having them.
 
 The tag's hash covers the .deb file name and this recipe, so a rebuild
@@ -19,7 +19,6 @@ IfNotPresent`` or ``Never``.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import io
 import logging
@@ -153,49 +152,12 @@ def test_images() -> list[str]:
     return [build_busybox()]
 
 
-def containerd_ref(tag: str) -> str:
-    """How containerd (and the kubelet) name a Docker Hub-style tag."""
-    name = tag
-    first = name.split("/", 1)[0]
-    if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
-        name = f"docker.io/{name}" if "/" in name else f"docker.io/library/{name}"
-    return name
-
-
 def ensure_loaded(cluster: "Cluster", images: Iterable[str] | None = None) -> dict[str, list[str]]:
-    """Import the images into every running node's containerd (namespace
-    k8s.io) that does not have them yet. Returns ``{machine: imported}``."""
-    tags = list(images) if images is not None else test_images()
+    """Import the images into every running node's containerd that lacks them
+    (:func:`harness.images_load.load_images`). Returns ``{machine: imported}``."""
+    from ..images_load import load_images
     machines = [m for m in cluster.machines() if m.role in ("control-plane", "worker") and m.state == "running"]
-    archives: dict[str, bytes] = {}
-
-    def archive(tag: str) -> bytes:
-        if tag not in archives:
-            archives[tag] = _run(["docker", "save", tag], timeout=600)
-        return archives[tag]
-
-    for t in tags:  # sequentially, before the threads
-        archive(t)
-
-    def one(m) -> tuple[str, list[str]]:
-        have = cluster.provider.exec(m, ["ctr", "-n", "k8s.io", "images", "ls", "-q"], timeout=60).stdout.split()
-        done = []
-        for t in tags:
-            if containerd_ref(t) in have:
-                continue
-            cluster.provider.exec(m, ["ctr", "-n", "k8s.io", "images", "import", "--all-platforms", "-"],
-                                  input=archive(t), timeout=300)
-            done.append(t)
-        return m.name, done
-
-    if not machines:
-        return {}
-    with cf.ThreadPoolExecutor(max_workers=min(4, len(machines))) as ex:
-        out = dict(ex.map(one, machines))
-    loaded = {k: v for k, v in out.items() if v}
-    if loaded:
-        log.info(f"loaded test images into {sorted(loaded)}: {tags}", extra={"cluster": cluster.name})
-    return out
+    return load_images(cluster, list(images) if images is not None else test_images(), machines=machines)
 
 
 if __name__ == "__main__":  # pragma: no cover

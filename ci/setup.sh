@@ -21,8 +21,8 @@ esac
 . ci/lib.sh
 
 # mmdebstrap builds rootfs tarballs; gcc/libc6-dev pause and runc; libseccomp-dev and
-# pkg-config runc's seccomp support
-apt_install mmdebstrap gcc libc6-dev git libseccomp-dev pkg-config debian-archive-keyring
+# pkg-config runc's seccomp support; shellcheck the CI files' scripts (tests/test_ci_files.py)
+apt_install mmdebstrap gcc libc6-dev git libseccomp-dev pkg-config debian-archive-keyring shellcheck
 
 # Docker Engine >= 23 (older ones refuse --privileged on this kind of host)
 bash ci/engine.sh

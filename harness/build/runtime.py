@@ -25,6 +25,7 @@ from .kube import go_version
 
 RUNTIME_VERSIONS = {"containerd": "v2.4.2", "runc": "v1.5.3", "cni-plugins": "v1.9.0"}
 REGISTRY_VERSION = "v3.0.0"  # github.com/distribution/distribution/v3
+ACTIONLINT_VERSION = "v1.7.12"  # github.com/rhysd/actionlint (checks .github/ and action.yml)
 CNI_PLUGINS = ("main/loopback", "main/bridge", "main/ptp", "ipam/host-local", "meta/portmap", "meta/bandwidth",
                "meta/tuning", "meta/firewall")
 # one go install: (packages in the module, "" for its root; build tags; ldflags; cgo)
@@ -94,6 +95,15 @@ def build_registry() -> Path:
     def check(b: Path) -> None:
         _check(b / "registry", ["--version"], v)
     return _install("registry", mod, v, [(("cmd/registry",), "", ld, False)], check)
+
+
+def build_actionlint() -> Path:
+    """actionlint (bin/actionlint), the GitHub Actions workflow checker the CI files' test runs."""
+    v, mod = ACTIONLINT_VERSION, "github.com/rhysd/actionlint"
+
+    def check(b: Path) -> None:
+        _check(b / "actionlint", ["-version"], v.lstrip("v"))
+    return _install("actionlint", mod, v, [(("cmd/actionlint",), "", f"-s -w -X {mod}.version={v}", False)], check)
 
 
 def build_runtime() -> dict[str, Path]:

@@ -21,7 +21,7 @@ from providers import registry
 from . import artifacts, junit, reaper, versions
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
-from .progress import artifacts_dir, configure, log
+from .progress import artifacts_dir, configure, log, use_capture_manager
 from .reached import NoMachineAccess
 from .spec import ClusterSpec, SpecError, load
 
@@ -94,6 +94,7 @@ def _install_sigterm() -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     configure()
+    use_capture_manager(config.pluginmanager.getplugin("capturemanager"))
     if not _is_worker(config):
         _fail_on_bad_options(config)
         config._kh_run_id = os.environ.get("KUBE_HARNESS_RUN_ID") or uuid.uuid4().hex[:12]  # type: ignore

@@ -1,7 +1,10 @@
 """Structured logs and terminal progress (phase, machine, elapsed).
 
-Progress lines go to the real terminal even while pytest captures output;
-every record also goes as one JSON object a line to $ARTIFACTS/harness.jsonl.
+Progress lines go to the process's real stderr even while pytest captures
+output (the plugin hands over pytest's capture manager, and each line is
+written with capturing suspended, as pytest's live logging does), so they
+show in a CI log as they happen. Every record also goes as one JSON object a
+line to $ARTIFACTS/harness.jsonl.
 """
 from __future__ import annotations
 
@@ -19,6 +22,24 @@ log = logging.getLogger("harness")
 _START = time.monotonic()
 _configured = False
 _lock = threading.Lock()
+_capture_manager = None  # pytest's, while a session runs
+
+
+def use_capture_manager(capman) -> None:
+    """Write progress past pytest's output capturing (None: directly)."""
+    global _capture_manager
+    _capture_manager = capman
+
+
+class ProgressHandler(logging.StreamHandler):
+    """stderr, with pytest's capturing suspended for the write."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        capman = _capture_manager
+        if capman is None:
+            return super().emit(record)
+        with capman.global_and_fixture_disabled():
+            super().emit(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -63,7 +84,7 @@ def configure(verbose: bool = True, json_path: Path | None = None) -> None:
         root = logging.getLogger("harness")
         root.setLevel(logging.DEBUG)
         root.propagate = False
-        term = logging.StreamHandler(sys.__stderr__)
+        term = ProgressHandler(sys.__stderr__)
         term.setLevel(logging.INFO if verbose else logging.WARNING)
         term.setFormatter(TerminalFormatter())
         root.addHandler(term)

@@ -6,23 +6,16 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_phases_print_in_a_captured_non_terminal_run(tmp_path):
-    name = f"kh-prog-{uuid.uuid4().hex[:4]}"
-    doc = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["topology"]["workers"]["machineDeployments"][0]["replicas"] = 1
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(yaml.safe_dump(doc))
+def test_phases_print_in_a_captured_non_terminal_run(tmp_path, write_spec):
+    spec, name = write_spec("kh-prog", workers=1)
     test = tmp_path / "test_uses_cluster.py"
     test.write_text("def test_nodes(cluster):\n    assert len(cluster.core.list_node().items) == 2\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KUBE_HARNESS_"))}

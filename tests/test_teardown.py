@@ -12,7 +12,6 @@ from pathlib import Path
 
 import docker
 import pytest
-import yaml
 
 from providers.base import L_CLUSTER, L_KEEP, L_RUN
 
@@ -37,13 +36,8 @@ def leftovers(dk, cluster: str) -> list[str]:
 
 
 @pytest.fixture
-def bare_config(tmp_path):
-    name = f"t{uuid.uuid4().hex[:6]}"
-    doc = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["topology"]["workers"]["machineDeployments"][0]["replicas"] = 1
-    p = tmp_path / "cluster.yaml"
-    p.write_text(yaml.safe_dump(doc))
+def bare_config(write_spec):
+    p, name = write_spec("t", workers=1)
     # the `machines` fixture names the cluster <name>-bare
     return p, f"{name}-bare"
 

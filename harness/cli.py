@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             from .capi.cleanup import delete_workloads  # a management cluster's workload clusters first
             delete_workloads(prov, prov.list_machines(a.name, a.namespace))
             deleted = prov.delete_owned({L_CLUSTER: a.name, L_NAMESPACE: a.namespace})
+            Cluster.forget(a.name, a.namespace)
             print(f"deleted {len(deleted)} objects: {', '.join(deleted) or '-'}")
         elif a.cmd == "list":
             for (ns, name), objs in sorted(_clusters(_provider(a.provider)).items()):

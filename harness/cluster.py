@@ -8,6 +8,7 @@ worker, the CLI, a later run with --reuse-cluster) can rebuild the handle.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,18 @@ class MachineDeployment:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` atomically, readable by its owner only (0600; its directory 0700):
+    kubeconfigs, bootstrap state with tokens and keys."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 class Cluster:
     """A provisioned cluster: its spec, machines, exec and (once bootstrapped)
     kubeconfig and Kubernetes API clients."""
@@ -42,7 +55,7 @@ class Cluster:
         self.owner = owner
         self.name, self.namespace = spec.name, spec.namespace
         self.state_dir = state_dir or self.state_dir_of(self.name, self.namespace)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.deployments = {d.name: MachineDeployment(d.name, self.name, self.namespace, d.role, d.replicas,
                                                       spec.version, dict(d.labels)) for d in spec.deployments}
         self.bootstrapped = False
@@ -53,6 +66,11 @@ class Cluster:
     def state_dir_of(name: str, namespace: str) -> Path:
         """Where a cluster's kubeconfig and state live on this host."""
         return Path(tempfile.gettempdir()) / "kube-harness" / f"{namespace}-{name}"
+
+    @classmethod
+    def forget(cls, name: str, namespace: str) -> None:
+        """Remove what this host kept of a deleted cluster (kubeconfig, state)."""
+        shutil.rmtree(cls.state_dir_of(name, namespace), ignore_errors=True)
 
     def check_replicas(self, deployment: str, replicas: object) -> None:
         """A replica count for ``deployment`` (scale): an int within the spec's
@@ -111,6 +129,11 @@ class Cluster:
     @property
     def kubeconfig_path(self) -> Path:
         return self.state_dir / "kubeconfig"
+
+    def write_kubeconfig(self, text: str) -> None:
+        """The admin kubeconfig (0600); API clients made before are dropped."""
+        write_private(self.kubeconfig_path, text)
+        self._client = None
 
     @property
     def kubeconfig(self) -> str:

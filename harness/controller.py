@@ -9,11 +9,17 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import secrets
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from providers.base import L_CLUSTER, L_NAMESPACE, Machine, MachineProvider, MachineSpec, Owner
+from filelock import FileLock
 
+from providers.base import (L_CLUSTER, L_KEEP, L_NAMESPACE, L_OWNER_HOST, L_OWNER_PID, L_RUN, Machine,
+                            MachineProvider, MachineSpec, Owner)
+
+from . import interrupts
 from .cluster import Cluster, MachineDeployment
 from .progress import phase
 from .spec import ClusterSpec
@@ -60,6 +66,10 @@ class ProvisionError(RuntimeError):
     pass
 
 
+class ClusterInUse(ProvisionError):
+    """The cluster's name is taken: nothing of it may be deleted by this provisioning."""
+
+
 def machine_name(deployment: str) -> str:
     return f"{deployment}-{secrets.token_hex(3)[:5]}"
 
@@ -76,15 +86,13 @@ class MachineController:
     def provision(self, spec: ClusterSpec, *, keep_on_failure: bool = False,
                   on_failure: Callable[[Cluster], None] | None = None) -> Cluster:
         cluster = Cluster(spec, self.provider, self.owner)
-        if self.provider.list_machines(spec.name, spec.namespace):
-            raise ProvisionError(f"cluster {spec.namespace}/{spec.name} already exists; use --reuse-cluster "
-                                 f"to reuse it or `kube-harness down {spec.name} -n {spec.namespace}`")
+        self._refuse_existing(spec)
         t0 = time.monotonic()
         try:
             with phase("image", cluster=spec.name, timings=cluster.timings):
                 image = self.bootstrapper.image(cluster)
             with phase("infrastructure", cluster=spec.name, timings=cluster.timings):
-                self.provider.ensure_infrastructure(spec.name, spec.namespace, self.owner)
+                self._claim(spec)
             with phase("machines", cluster=spec.name, timings=cluster.timings):
                 created = self._create(cluster, list(cluster.deployments.values()), image)
             first = sorted((m for m in created if m.role == "control-plane"), key=lambda m: m.name)[0]
@@ -96,6 +104,8 @@ class MachineController:
                     self.bootstrapper.join(cluster, rest)
             with phase("ready", cluster=spec.name, timings=cluster.timings):
                 self.bootstrapper.ready(cluster)
+        except ClusterInUse:
+            raise  # another session's (or a kept) cluster: not ours to collect or delete
         except BaseException:
             if on_failure is not None:
                 try:
@@ -111,6 +121,26 @@ class MachineController:
         cluster.timings["provision"] = round(time.monotonic() - t0, 2)
         return cluster
 
+    def _refuse_existing(self, spec: ClusterSpec) -> None:
+        """A cluster of that name is someone's (another session's, a kept one): never touch it."""
+        objs = self.provider.list_owned({L_CLUSTER: spec.name, L_NAMESPACE: spec.namespace})
+        if objs:
+            labels = objs[0].get("labels") or {}
+            who = (f"run {labels.get(L_RUN, '?')} (pid {labels.get(L_OWNER_PID, '?')} on "
+                   f"{labels.get(L_OWNER_HOST, '?')}{', kept' if labels.get(L_KEEP) == 'true' else ''})")
+            raise ClusterInUse(f"cluster {spec.namespace}/{spec.name} already exists, made by {who}; use "
+                                 f"--reuse-cluster to share it, another name, or `kube-harness down {spec.name} "
+                                 f"-n {spec.namespace}`")
+
+    def _claim(self, spec: ClusterSpec) -> None:
+        """Check and make the cluster's infrastructure under a host-wide lock, so that of
+        two sessions starting the same cluster at once one makes it and the other is refused."""
+        locks = Path(tempfile.gettempdir()) / "kube-harness" / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(locks / f"cluster-{spec.namespace}-{spec.name}.lock"), timeout=300):
+            self._refuse_existing(spec)
+            self.provider.ensure_infrastructure(spec.name, spec.namespace, self.owner)
+
     def exists(self, spec: ClusterSpec) -> bool:
         return bool(self.provider.list_machines(spec.name, spec.namespace))
 
@@ -124,8 +154,9 @@ class MachineController:
 
     def teardown(self, cluster: Cluster | ClusterSpec) -> list[str]:
         name, ns = cluster.name, cluster.namespace
-        with phase("teardown", cluster=name):
+        with interrupts.deferred(f"teardown of {ns}/{name}"), phase("teardown", cluster=name):
             deleted = self.provider.delete_owned({L_CLUSTER: name, L_NAMESPACE: ns})
+            Cluster.forget(name, ns)
         return deleted
 
     # MachineDeployment reconciliation

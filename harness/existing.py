@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from kubernetes import client, config as kconfig
 from providers.base import Owner
 
 from . import versions
-from .cluster import Cluster
+from .cluster import Cluster, write_private
 from .reached import CONTROL_PLANE_LABEL, NodeMachines
 from .spec import ClusterSpec, MachineDeploymentSpec, SpecError
 
@@ -118,9 +117,7 @@ def existing_cluster(kubeconfig: str | Path, owner: Owner, *, machine_access: bo
     """The handle on the cluster ``kubeconfig`` reaches (see the module doc)."""
     spec = describe(kubeconfig)
     state = Path(tempfile.gettempdir()) / "kube-harness" / f"given-{spec.name}"
-    state.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(kubeconfig).expanduser(), state / "kubeconfig")
-    (state / "kubeconfig").chmod(0o600)
+    write_private(state / "kubeconfig", Path(kubeconfig).expanduser().read_text())
     api = kconfig.new_client_from_config(str(state / "kubeconfig"))
     machines = NodeMachines(api, spec.name, deployments={d.role: d.name for d in spec.deployments},
                             access=machine_access)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from filelock import FileLock
 
 from providers import registry
+from providers.base import L_KEEP, L_RUN
 
 from . import artifacts, junit, reaper, versions
 from .cluster import Cluster
@@ -218,10 +220,47 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The master deletes the shared clusters of this run (xdist)."""
+    """The master deletes the shared clusters of this run (xdist), then looks for
+    anything of this run left behind: a failed teardown or a leftover fails the run."""
     config = session.config
     if _is_worker(config):
         return
+    problems = _delete_shared_clusters(config, exitstatus)
+    if not config.getoption("kubeconfig") and not config.getoption("collectonly"):
+        problems += _leftovers(config)
+    shutil.rmtree(_shared_dir(config), ignore_errors=True)
+    if problems:
+        for p in problems:
+            log.error(p)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "kube-harness: cleanup failed", red=True)
+            for p in problems:
+                reporter.write_line(p, red=True)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _leftovers(config: pytest.Config) -> list[str]:
+    """Objects labelled with this run that no teardown took (not kept): deleted now, and named."""
+    selector = {L_RUN: run_id(config), L_KEEP: "false"}
+    try:
+        provider = _provider_for(config, _spec(config))
+        left = provider.list_owned(selector)
+    except Exception as e:
+        return [f"could not check for leftovers of run {run_id(config)}: {e}"]
+    if not left:
+        return []
+    names = sorted(f"{o['kind']}/{o['name']}" for o in left)
+    try:
+        provider.delete_owned(selector)
+    except Exception as e:
+        names.append(f"(and deleting them failed: {e})")
+    return [f"leftovers of run {run_id(config)} at session end: {', '.join(names)}"]
+
+
+def _delete_shared_clusters(config: pytest.Config, exitstatus: int) -> list[str]:
+    problems = []
     for state in sorted(_shared_dir(config).glob("*.json")):
         info = json.loads(state.read_text())
         if info.get("keep"):
@@ -235,7 +274,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             MachineController(provider, cluster.owner).teardown(cluster)
             state.unlink()
         except Exception as e:
-            log.error(f"teardown of shared cluster {info.get('name')} failed: {e}")
+            problems.append(f"teardown of shared cluster {info.get('name')} failed: {e}")
+    return problems
 
 
 # --- spec and controller ------------------------------------------------
@@ -274,6 +314,10 @@ def _shared_dir(config: pytest.Config) -> Path:
     base = Path(os.environ.get("TMPDIR", "/tmp")) / "kube-harness" / "runs" / run_id(config)
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+class TeardownError(RuntimeError):
+    """Deleting a cluster left objects behind."""
 
 
 class ClusterFactory:
@@ -327,6 +371,7 @@ class ClusterFactory:
         raise KeyError(f"{cluster!r} was not made by this factory")
 
     def finish(self, failed: bool) -> None:
+        errors: list[str] = []
         for ctl, cluster in reversed(self.created):
             if failed:
                 artifacts.collect(cluster, reason="test failure")
@@ -336,8 +381,13 @@ class ClusterFactory:
                 log.info(f"keeping cluster {cluster.namespace}/{cluster.name} (--keep-cluster); delete with {how}",
                          extra={"cluster": cluster.name})
                 continue
-            ctl.teardown(cluster)
+            try:
+                ctl.teardown(cluster)
+            except Exception as e:  # the others are still torn down
+                errors.append(f"{cluster.namespace}/{cluster.name}: {e}")
         self.created.clear()
+        if errors:
+            raise TeardownError("teardown failed, objects are left: " + "; ".join(errors))
 
 
 def _skip_if_given_cluster(config: pytest.Config) -> None:

@@ -11,6 +11,8 @@ import psutil
 from providers.base import (L_CLUSTER, L_KEEP, L_NAMESPACE, L_OWNER_HOST, L_OWNER_PID, L_OWNER_START, L_RUN,
                             MachineProvider, Owner)
 
+from .cluster import Cluster
+
 log = logging.getLogger("harness.reaper")
 
 
@@ -68,4 +70,7 @@ def reap(provider: MachineProvider, only_pids: set[int] | None = None) -> list[s
         from .capi.cleanup import delete_workloads  # a management cluster's workloads first
         delete_workloads(provider, provider.list_machines(selector={L_RUN: run}))
         deleted += provider.delete_owned({L_RUN: run})
+        for c in clusters:
+            ns, _, name = c.partition("/")
+            Cluster.forget(name, ns)
     return deleted

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -68,6 +69,18 @@ def run_suites(tmp_path: Path, *args: str, given_name: str = "") -> tuple[int, s
     return p.returncode, p.stdout + p.stderr
 
 
+def test_kubeconfig_and_state_are_private(given):
+    """What `up` wrote (the admin kubeconfig, the bootstrap state with its token and
+    certificate key) is readable by its owner only; and so is the given cluster's copy."""
+    name, kubeconfig = given
+    state = kubeconfig.parent
+    assert state.stat().st_mode & 0o777 == 0o700
+    files = [p for p in state.iterdir() if p.is_file()]
+    assert kubeconfig in files and len(files) >= 2, files
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o600, (f, oct(f.stat().st_mode))
+
+
 def test_kubeadm_suite_on_a_given_cluster(given, tmp_path):
     name, kubeconfig = given
     rc, out = run_suites(tmp_path, "suites/kubeadm", "--kubeconfig", str(kubeconfig), given_name=name)
@@ -77,6 +90,8 @@ def test_kubeadm_suite_on_a_given_cluster(given, tmp_path):
     # the harness's own settings are not checked on someone else's cluster
     assert "the cluster given by --kubeconfig was made by someone else" in out, out[-3000:]
     assert (tmp_path / "artifacts" / "junit_kubeadm.xml").is_file()
+    copies = list(Path(tempfile.gettempdir(), "kube-harness").glob("given-*/kubeconfig"))
+    assert copies and all(c.stat().st_mode & 0o777 == 0o600 for c in copies)
 
 
 def test_black_box_without_machine_access(given, tmp_path):

@@ -1,11 +1,18 @@
-"""Teardown really happens: on success, failure, Ctrl-C, SIGTERM and when an
-xdist worker is killed (the reaper). Uses a real Docker engine."""
+"""Teardown really happens: on success, failure, Ctrl-C, SIGTERM (also during
+provisioning and during teardown, and twice), a Ctrl-C to an xdist run, when an
+xdist worker or the session is killed (the reaper); a failed teardown or a
+leftover fails the run; two sessions never share a cluster name by accident.
+Uses a real Docker engine."""
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +20,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness.cluster import Cluster
 from providers.base import L_CLUSTER, L_KEEP, L_RUN
 
 pytestmark = [pytest.mark.docker]
@@ -81,19 +89,140 @@ def test_teardown_after_failure_collects_artifacts(dk, tmp_path, bare_config):
     assert junit, "no Prow-style junit_*.xml"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_teardown_on_interrupt(dk, tmp_path, bare_config, sig):
+def _watch(p: subprocess.Popen) -> list[str]:
+    """The child's output lines, collected as they come."""
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True).start()
+    return lines
+
+
+SIGNALS = {"ctrl-c": [signal.SIGINT], "sigterm": [signal.SIGTERM], "double-ctrl-c": [signal.SIGINT, signal.SIGINT]}
+
+
+@pytest.mark.parametrize("when,how", [
+    ("provisioning", "ctrl-c"), ("provisioning", "sigterm"),
+    ("test", "ctrl-c"), ("test", "sigterm"), ("test", "double-ctrl-c"),
+    ("teardown", "ctrl-c"), ("teardown", "double-ctrl-c"),
+])
+def test_interrupt_leaves_nothing(dk, tmp_path, bare_config, when, how):
+    """Interrupted while machines are made, while the test runs or while they are deleted
+    (where a second Ctrl-C must not cut teardown short): no container, network or volume,
+    no kubeconfig or state directory and no run directory is left."""
+    cfg, cluster = bare_config
+    run = f"ti{uuid.uuid4().hex[:10]}"
+    mode = "pass" if when == "teardown" else "sleep"
+    p, mark = run_inner(tmp_path, cfg, mode, wait=False, env_extra={"KUBE_HARNESS_RUN_ID": run})
+    lines = _watch(p)
+    ready = {"provisioning": lambda: leftovers(dk, cluster),
+             "test": mark.exists,
+             "teardown": lambda: any("phase=teardown start" in line for line in lines)}[when]
+    end = time.monotonic() + 300
+    while not ready():
+        assert p.poll() is None, "".join(lines)
+        assert time.monotonic() < end, "".join(lines)
+        time.sleep(0.1)
+    for i, sig in enumerate(SIGNALS[how]):
+        if i:
+            time.sleep(0.3)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, sig)
+    p.wait(timeout=300)
+    out = "".join(lines)
+    assert p.returncode != 0, out
+    assert leftovers(dk, cluster) == [], out
+    assert not Cluster.state_dir_of(cluster, "default").exists(), out
+    assert not (Path(tempfile.gettempdir()) / "kube-harness" / "runs" / run).exists(), out
+    if when == "teardown":
+        assert "during teardown of default/" in out and "finishing it first, then stopping" in out, out
+
+
+def test_sigkilled_session_is_reaped_by_the_cli(dk, tmp_path, bare_config):
+    """SIGKILL: no finalizer runs; `kube-harness reap` removes what the dead run left."""
     cfg, cluster = bare_config
     p, mark = run_inner(tmp_path, cfg, "sleep", wait=False)
     end = time.monotonic() + 300
     while not mark.exists():
-        assert p.poll() is None, p.stdout.read()
-        assert time.monotonic() < end, "machines never came up"
+        assert p.poll() is None and time.monotonic() < end
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    assert leftovers(dk, cluster), "a killed session leaves its machines"
+    r = subprocess.run([sys.executable, "-m", "harness", "reap"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert leftovers(dk, cluster) == [], r.stdout + r.stderr
+    assert not Cluster.state_dir_of(cluster, "default").exists()
+
+
+def test_ctrl_c_to_an_xdist_run(dk, tmp_path, bare_config):
+    """-n 2, one cluster per worker, Ctrl-C to the whole process group while both sleep."""
+    cfg, cluster = bare_config
+    p, mark = run_inner(tmp_path, cfg, "sleep", "-n", "2", "--cluster-scope", "worker", wait=False,
+                        env_extra={"INNER_SLEEPERS": "2"})
+    lines = _watch(p)
+    names = [f"{cluster}-gw0", f"{cluster}-gw1"]
+    end = time.monotonic() + 300
+    while not all(leftovers(dk, n) and any(f"cluster={n} phase=machines done" in x for x in lines) for n in names):
+        assert p.poll() is None, "".join(lines)
+        assert time.monotonic() < end, "".join(lines)
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(timeout=300)
+    out = "".join(lines)
+    assert p.returncode != 0, out
+    for n in names:
+        assert leftovers(dk, n) == [], out
+
+
+def test_leftover_at_session_end_fails_the_run(dk, tmp_path, bare_config):
+    """An object of the run that no teardown took: the run fails naming it, and it is deleted."""
+    cfg, cluster = bare_config
+    rc, out, mark = run_inner(tmp_path, cfg, "leak")
+    assert rc == 1, out
+    assert "kube-harness: cleanup failed" in out, out
+    assert re.search(rf"leftovers of run \w+ at session end: volume/{cluster}-leaked", out), out
+    assert "1 passed" in out, out
+    assert leftovers(dk, cluster) == [] and leftovers(dk, f"{cluster}-leaked") == [], out
+
+
+def test_failed_teardown_fails_the_run(dk, tmp_path, bare_config):
+    """A machine's volume in use by a container the harness did not make: teardown cannot
+    delete it, the run fails naming it (and the rest of the cluster is deleted)."""
+    cfg, cluster = bare_config
+    try:
+        rc, out, mark = run_inner(tmp_path, cfg, "pin")
+        assert rc == 1, out
+        pinned = mark.read_text().split()[0]
+        assert "teardown failed, objects are left" in out and f"{pinned}-var" in out, out
+        assert leftovers(dk, cluster) == [f"volume:{pinned}-var"], out
+    finally:
+        for c in dk.containers.list(all=True, filters={"name": f"{cluster}-"}):
+            if c.name.endswith("-pin"):
+                c.remove(force=True)
+        subprocess.run([sys.executable, "-m", "harness", "down", cluster], capture_output=True, cwd=ROOT)
+    assert leftovers(dk, cluster) == []
+
+
+def test_two_sessions_with_one_cluster_name(dk, tmp_path, bare_config):
+    """Started at once with the same cluster name: one makes the cluster, the other is
+    refused naming the owner, and deletes nothing of it; the first cleans up as usual."""
+    cfg, cluster = bare_config
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    procs = [run_inner(tmp_path / d, cfg, "sleep", wait=False) for d in ("a", "b")]
+    end = time.monotonic() + 300
+    while not any(mark.exists() for _, mark in procs):
+        assert time.monotonic() < end, "no session made the machines"
         time.sleep(0.5)
-    assert leftovers(dk, cluster), "machines should exist while the test runs"
-    os.killpg(p.pid, sig)
-    out, _ = p.communicate(timeout=180)
-    assert p.returncode != 0
+    owner, other = procs if procs[0][1].exists() else procs[::-1]
+    out, _ = other[0].communicate(timeout=300)
+    assert other[0].returncode != 0, out
+    assert re.search(rf"cluster default/{cluster} already exists, made by run \w+ \(pid \d+ on ", out), out
+    assert owner[0].poll() is None, "the first session must still be running"
+    names = owner[1].read_text().split()
+    assert sorted(c.name for c in dk.containers.list(filters={"label": f"{L_CLUSTER}={cluster}"})) == sorted(names)
+    os.killpg(owner[0].pid, signal.SIGINT)
+    out, _ = owner[0].communicate(timeout=180)
     assert leftovers(dk, cluster) == [], out
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 from kubernetes import client
 
+from harness import interrupts
 from harness.cluster import Cluster
 from harness.controller import ProvisionError
 from harness.progress import phase
@@ -117,15 +118,17 @@ class CapiController:
         if self._cluster_object(spec.name, spec.namespace) is None:
             raise ProvisionError(f"no Cluster {spec.namespace}/{spec.name} in the {self.management}")
         if not cluster.kubeconfig_path.exists():
-            cluster.kubeconfig_path.write_text(self.management.clusterctl.kubeconfig_of(spec.name, spec.namespace))
+            cluster.write_kubeconfig(self.management.clusterctl.kubeconfig_of(spec.name, spec.namespace))
         cluster.bootstrapped = True
         return cluster
 
     def teardown(self, cluster: Cluster | ClusterSpec) -> list[str]:
         """Delete the Cluster; the controllers remove its machines (and CAPD its containers)."""
         names = [m.name for m in self.provider.list_machines(cluster.name, cluster.namespace)]
-        with phase("teardown", cluster=cluster.name):
+        with interrupts.deferred(f"teardown of {cluster.namespace}/{cluster.name}"), \
+                phase("teardown", cluster=cluster.name):
             workload.delete_cluster(self.api, cluster.name, cluster.namespace)
+            Cluster.forget(cluster.name, cluster.namespace)
         return names
 
     def _system_pods(self, cluster: Cluster) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config as kconfig, dynamic
 
-from harness.cluster import Cluster
+from harness.cluster import Cluster, write_private
 from harness.kubeadm import cni_daemonset, preflight
 from harness.progress import phase
 
@@ -199,7 +199,7 @@ def _wait(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, doc
                 last = line
             if not cni_installed:
                 try:
-                    kubeconfig.write_text(ctl.kubeconfig_of(name, namespace))
+                    write_private(kubeconfig, ctl.kubeconfig_of(name, namespace))
                     api = kconfig.new_client_from_config(str(kubeconfig))
                     cni_daemonset.install(api, pods, services, _kube_proxy_image(api))
                     cni_installed = True

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from harness.cluster import Cluster
+from harness.cluster import Cluster, write_private
 from harness.progress import phase
 from providers.base import ExecResult, Machine
 
@@ -214,15 +214,8 @@ class KubeadmBootstrapper:
         h = f"[{host}]" if ":" in host else host
         for c in kc.get("clusters") or []:
             c["cluster"]["server"] = f"https://{h}:{port}"
-        path = Path(cluster.kubeconfig_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(kc, f, sort_keys=False)
-        os.replace(tmp, path)
-        cluster._client = None  # type: ignore[attr-defined]  # a stale client points at an old endpoint
-        log.info(f"kubeconfig {path} -> https://{h}:{port}", extra={"cluster": cluster.name, "phase": "kubeconfig"})
+        cluster.write_kubeconfig(yaml.safe_dump(kc, sort_keys=False))  # old clients pointed elsewhere
+        log.info(f"kubeconfig {cluster.kubeconfig_path} -> https://{h}:{port}", extra={"cluster": cluster.name, "phase": "kubeconfig"})
 
     # ------------------------------------------------------------- join
     def join(self, cluster: Cluster, machines: list[Machine]) -> None:
@@ -357,13 +350,7 @@ class KubeadmBootstrapper:
             return {}
 
     def _save_state(self, cluster: Cluster, st: dict[str, Any]) -> None:
-        path = self._state_path(cluster)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(st, f, indent=2)
-        os.replace(tmp, path)
+        write_private(self._state_path(cluster), json.dumps(st, indent=2))
 
     def _update_lb(self, cluster: Cluster, control_planes: Iterable[Machine]) -> Machine:
         backends = [(m.name, m.ip) for m in sorted(control_planes, key=lambda m: m.name)]

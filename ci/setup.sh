@@ -6,15 +6,15 @@
 #   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
 #                           version the upgrade test starts from (what ci/test.sh runs), and the
 #                           upstream Cluster API controllers (ci/capi-build) with the version
-#                           their workload clusters run (configs/capi.yaml)
+#                           their workload clusters run (configs/capi.yaml), and kind (tests/test_kind_compat.py)
 # Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z (default:
 # harness/versions.py's), KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_CAPI=1 the Cluster API
-# controllers, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z the upgrade-from version (--all: the previous minor
-# of harness/versions.py).
+# controllers, KUBE_HARNESS_KIND=1 the kind CLI, KUBE_HARNESS_UPGRADE_FROM=vX.Y.Z the upgrade-from
+# version (--all: the previous minor of harness/versions.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  --all) export KUBE_HARNESS_E2E=1 KUBE_HARNESS_CAPI=1 KUBE_HARNESS_UPGRADE_FROM="${KUBE_HARNESS_UPGRADE_FROM:-previous}" ;;
+  --all) export KUBE_HARNESS_E2E=1 KUBE_HARNESS_CAPI=1 KUBE_HARNESS_KIND=1 KUBE_HARNESS_UPGRADE_FROM="${KUBE_HARNESS_UPGRADE_FROM:-previous}" ;;
   "") ;;
   *) echo "usage: bash ci/setup.sh [--all]" >&2; exit 2 ;;
 esac
@@ -48,6 +48,7 @@ if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
   args=(--version "${KUBE_HARNESS_VERSION:-$(version DEFAULT_VERSION)}" --node-image)
   [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && args+=(--e2e)
   [ "${KUBE_HARNESS_CAPI:-0}" = 1 ] && args+=(--capi)
+  [ "${KUBE_HARNESS_KIND:-0}" = 1 ] && args+=(--kind)
   log "building Kubernetes artifacts and node image (cached by version)"
   python3 -m harness.build "${args[@]}"
   if [ -n "${KUBE_HARNESS_UPGRADE_FROM:-}" ]; then

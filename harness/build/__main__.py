@@ -1,4 +1,4 @@
-"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--capi] [--release-dir DIR]"""
+"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--capi] [--kind] [--release-dir DIR]"""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capi", action="store_true",
                     help="also build the upstream Cluster API managers, clusterctl, kustomize, the providers' "
                          "components and the managers' images (ci/capi-build)")
+    ap.add_argument("--kind", action="store_true",
+                    help="also build the kind CLI (sigs.k8s.io/kind, harness.build.kind), which runs the node image")
     ap.add_argument("--release-dir", default=None,
                     help="use official release binaries from this directory ({version} is replaced) instead of "
                          "building; same as $KUBE_HARNESS_RELEASE_DIR")
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster-api: {cd}")
             for provider, tag in capi.build_capi_images(cd).items():
                 print(f"image: {tag} ({provider})")
+        if a.kind:
+            from .kind import build_kind
+            print(f"kind: {build_kind() / 'kind'}")
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 1

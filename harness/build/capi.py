@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..progress import phase
 from .cache import ROOT, BuildError, cache_dir, digest, file_digest, is_complete, log, produce, run
-from .images import _binary_image
+from .images import binary_image
 from .kube import BUILD_DATE, go_env, go_version
-from .runtime import _check
+from .runtime import check_binary
 
 CAPI_BUILD = ROOT / "ci" / "capi-build"
 CORE_MODULE = "sigs.k8s.io/cluster-api"
@@ -128,7 +128,7 @@ def build_capi(force: bool = False) -> Path:
                 # static, and reports its version (managers have no --version: they log it first thing,
                 # then fail on the missing kubeconfig)
                 args, expect = VERSION_ARGS.get(binary, (["--kubeconfig=/nonexistent"], "Version: {} ("))
-                _check(bindir / binary, args, expect.format(versions[mod]))
+                check_binary(bindir / binary, args, expect.format(versions[mod]))
         with phase("capi-components", machine=core):
             dirs = module_dirs()
             for p in PROVIDERS:
@@ -168,5 +168,5 @@ def build_capi_images(capi_dir: Path | None = None) -> dict[str, str]:
         for p in PROVIDERS:
             tag, binary = image_tag(p.name), capi_dir / "bin" / p.binary
             h = digest("capi-image-v1", tag, file_digest(binary), p.user)
-            tags[p.name] = _binary_image(tag, {"manager": binary}, ["/manager"], h, user=p.user)
+            tags[p.name] = binary_image(tag, {"manager": binary}, ["/manager"], h, user=p.user)
     return tags

@@ -40,7 +40,9 @@ def _etc_files(tf: tarfile.TarFile) -> None:
         tar_add(tf, "etc/ssl/certs/ca-certificates.crt", data=ca.read_bytes())
 
 
-def _binary_image(tag: str, files: dict[str, Path], entrypoint: list[str], h: str, user: str = "") -> str:
+def binary_image(tag: str, files: dict[str, Path], entrypoint: list[str], h: str, user: str = "") -> str:
+    """``tag``: ``files`` (rootfs path -> binary) on a minimal /etc, imported
+    with ``entrypoint``; built unless the image's input-hash label is ``h``."""
     if image_fresh(tag, h):
         return tag
     with tempfile.TemporaryDirectory(prefix="kh-img-") as d:
@@ -118,7 +120,7 @@ def build_component_images(version: str, kube_dir: Path | None = None) -> list[s
             if name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
                 b = bindir / name
                 h = digest("cp-image-v2", tag, file_digest(b))
-                tags.append(_binary_image(tag, {f"usr/local/bin/{name}": b}, [f"/usr/local/bin/{name}"], h))
+                tags.append(binary_image(tag, {f"usr/local/bin/{name}": b}, [f"/usr/local/bin/{name}"], h))
             elif name == "kube-proxy":
                 b = bindir / name
                 h = digest("kp-image-v2", tag, file_digest(b), IPTABLES_WRAPPER, IPTABLES_PACKAGES)
@@ -128,15 +130,15 @@ def build_component_images(version: str, kube_dir: Path | None = None) -> list[s
                 h = digest("etcd-image-v1", tag, etcd_dir.name)
                 files = {f"usr/local/bin/{b}": etcd_dir / "bin" / b for b in ("etcd", "etcdctl")
                          if (etcd_dir / "bin" / b).exists()}
-                tags.append(_binary_image(tag, files, ["/usr/local/bin/etcd"], h))
+                tags.append(binary_image(tag, files, ["/usr/local/bin/etcd"], h))
             elif name == "coredns":
                 cd = components.build_go_component("coredns", ver)
                 h = digest("coredns-image-v1", tag, cd.name)
-                tags.append(_binary_image(tag, {"coredns": cd / "bin" / "coredns"}, ["/coredns"], h))
+                tags.append(binary_image(tag, {"coredns": cd / "bin" / "coredns"}, ["/coredns"], h))
             elif name == "pause":
                 pd = components.build_pause(kube.module_dir(version), ver)
                 h = digest("pause-image-v1", tag, pd.name)
-                tags.append(_binary_image(tag, {"pause": pd / "pause"}, ["/pause"], h, user="65535:65535"))
+                tags.append(binary_image(tag, {"pause": pd / "pause"}, ["/pause"], h, user="65535:65535"))
             else:
                 raise BuildError(f"kubeadm {version} wants an image this harness cannot build: {tag}")
     return tags

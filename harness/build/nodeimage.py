@@ -9,11 +9,17 @@ unpacks on first use), and is committed with the base image's entrypoint.
 The base image must not declare VOLUME /var, or the preloaded content would
 not be committed; machines get a named /var volume, which Docker fills from
 the image on first mount.
+
+The image also meets kind's node-image contract (:mod:`.kind`): /kind/version,
+the default CNI and storage manifests under /kind/manifests, their images
+preloaded, so ``kind create cluster --image <node image>`` runs it.
 """
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import tarfile
 import tempfile
 import uuid
 from pathlib import Path
@@ -21,11 +27,11 @@ from pathlib import Path
 from ..progress import phase
 from .. import versions
 from ..spec import SpecError
-from . import images, kube, runtime
-from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run
+from . import images, kind, kube, runtime
+from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run, tar_add
 
 REPOSITORY = "kube-harness/node"
-RECIPE = "node-v3"  # v3: containerd 2 (pinned_images.sandbox), crictl
+RECIPE = "node-v4"  # v3: containerd 2 (pinned_images.sandbox), crictl; v4: kind's contract (/kind)
 
 
 def base_image() -> str:
@@ -42,9 +48,11 @@ def _config(tag: str) -> dict:
 
 
 def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str],
-                   crictl_dir: Path) -> tuple[str, str]:
+                   crictl_dir: Path, files: dict[str, str] | None = None) -> tuple[str, str]:
+    """The tag and input hash: recipe, version, base image, binaries, the
+    preloaded images' ids and the files written into the image (``files``)."""
     h = digest(RECIPE, version, _image_id(base), kube_dir.name, crictl_dir.name,
-               sorted(f"{t}@{_image_id(t)}" for t in image_tags))
+               sorted(f"{t}@{_image_id(t)}" for t in image_tags), sorted((files or {}).items()))
     return f"{REPOSITORY}:{version}-{h[:12]}", h
 
 
@@ -86,22 +94,37 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
     kube_dir = kube.build_kubernetes(version)
     components = images.build_component_images(version, kube_dir)
     pause = sandbox_image(components)
-    tags = components + list(extra_images)
+    kind_files, kind_images = kind.node_contract(version, components)
+    tags = list(dict.fromkeys(components + kind_images + list(extra_images)))
     base = base or base_image()
     crictl_dir = runtime.build_crictl(versions.release(version).crictl)
-    tag, h = node_image_tag(version, base, kube_dir, tags, crictl_dir)
+    tag, h = node_image_tag(version, base, kube_dir, tags, crictl_dir, kind_files)
     if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
         log.info(f"node image {tag}: cached", extra={"phase": "node-image"})
         return tag
     with lock(f"node-{tag.split(':')[1]}"), phase("node-image", machine=version):
         if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
             return tag
-        _build(tag, h, base, kube_dir, crictl_dir, tags, version, pause)
+        _build(tag, h, base, kube_dir, crictl_dir, tags, version, pause, kind_files)
     return tag
 
 
+def _copy_files(container: str, files: dict[str, str]) -> None:
+    """Write ``files`` (absolute path -> text) into the container (one tar stream)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        dirs = sorted({p for f in files for p in Path(f.lstrip("/")).parents if str(p) != "."})
+        for d in dirs:
+            tar_add(tf, str(d), dir=True, mode=0o755)
+        for f, text in sorted(files.items()):
+            tar_add(tf, f.lstrip("/"), data=text.encode())
+    p = subprocess.run(["docker", "cp", "-", f"{container}:/"], input=buf.getvalue(), capture_output=True)
+    if p.returncode != 0:
+        raise BuildError(f"copying {sorted(files)} into {container} failed: {p.stderr.decode()[-2000:]}")
+
+
 def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: list[str], version: str,
-           pause: str) -> None:
+           pause: str, files: dict[str, str]) -> None:
     name = f"kh-nodeimage-build-{uuid.uuid4().hex[:6]}"
     cfg = _config(base)
     if "/var" in (cfg.get("Volumes") or {}):
@@ -112,6 +135,7 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: 
         for b in ("kubeadm", "kubelet", "kubectl"):
             run(["docker", "cp", str(kube_dir / "bin" / b), f"{name}:/usr/bin/{b}"], what=f"copy {b}")
         run(["docker", "cp", str(crictl_dir / "bin" / "crictl"), f"{name}:/usr/local/bin/crictl"], what="copy crictl")
+        _copy_files(name, files)  # kind's /kind/version and default manifests
         # containerd's CRI sandbox image must be the pause tag kubeadm of *this* version lists
         # (e.g. 3.10.1 for v1.35, 3.10.2 for v1.36), or every pod sandbox would try to pull it
         run(["docker", "exec", name, "/usr/local/bin/kh-sandbox-image.sh", pause], what="set sandbox image")

@@ -40,10 +40,10 @@ def build_containerd() -> Path:
              (("cmd/containerd-shim-runc-v2",), "urfave_cli_no_docs no_grpc", ld, False)]
 
     def check(b: Path) -> None:
-        _check(b / "containerd", ["--version"], f" {v}")
-        _check(b / "ctr", ["--version"], f" {v}")
-        _check(b / "containerd-shim-runc-v2", ["-v"], f" {v}")
-    return _install("containerd", mod, v, steps, check)
+        check_binary(b / "containerd", ["--version"], f" {v}")
+        check_binary(b / "ctr", ["--version"], f" {v}")
+        check_binary(b / "containerd-shim-runc-v2", ["-v"], f" {v}")
+    return go_install("containerd", mod, v, steps, check)
 
 
 def build_runc() -> Path:
@@ -57,8 +57,8 @@ def build_runc() -> Path:
         log.warning("libseccomp.a not found: building runc dynamically linked", extra={"phase": "build-runc"})
 
     def check(b: Path) -> None:
-        _check(b / "runc", ["--version"], f"runc version {v.lstrip('v')}", static=static)
-    return _install("runc", "github.com/opencontainers/runc", v, [(("",), tags, ld, True)], check,
+        check_binary(b / "runc", ["--version"], f"runc version {v.lstrip('v')}", static=static)
+    return go_install("runc", "github.com/opencontainers/runc", v, [(("",), tags, ld, True)], check,
                     extra=[static, _cmd_out(["pkg-config", "--modversion", "libseccomp"]),
                            _cmd_out(["gcc", "--version"]).splitlines()[0]])
 
@@ -71,9 +71,9 @@ def build_cni_plugins() -> Path:
     def check(b: Path) -> None:
         for p in CNI_PLUGINS:
             name = p.rsplit("/", 1)[1]
-            _check(b / name, [], '"supportedVersions"', env={"CNI_COMMAND": "VERSION"})
-            _check(b / name, [], f"CNI {name} plugin {v}", env={})
-    return _install("cni-plugins", mod, v, [(tuple(f"plugins/{p}" for p in CNI_PLUGINS), "", ld, False)], check)
+            check_binary(b / name, [], '"supportedVersions"', env={"CNI_COMMAND": "VERSION"})
+            check_binary(b / name, [], f"CNI {name} plugin {v}", env={})
+    return go_install("cni-plugins", mod, v, [(tuple(f"plugins/{p}" for p in CNI_PLUGINS), "", ld, False)], check)
 
 
 def build_crictl(version: str) -> Path:
@@ -83,8 +83,8 @@ def build_crictl(version: str) -> Path:
     ld = f"-s -w -X {mod}/pkg/version.Version={version}"
 
     def check(b: Path) -> None:
-        _check(b / "crictl", ["--version"], f"crictl version {version}")
-    return _install("crictl", mod, version, [(("cmd/crictl",), "", ld, False)], check)
+        check_binary(b / "crictl", ["--version"], f"crictl version {version}")
+    return go_install("crictl", mod, version, [(("cmd/crictl",), "", ld, False)], check)
 
 
 def build_registry() -> Path:
@@ -93,8 +93,8 @@ def build_registry() -> Path:
     ld = f"-s -w -X {mod}/version.version={v}"
 
     def check(b: Path) -> None:
-        _check(b / "registry", ["--version"], v)
-    return _install("registry", mod, v, [(("cmd/registry",), "", ld, False)], check)
+        check_binary(b / "registry", ["--version"], v)
+    return go_install("registry", mod, v, [(("cmd/registry",), "", ld, False)], check)
 
 
 def build_actionlint() -> Path:
@@ -123,8 +123,11 @@ def is_static(path: Path) -> bool:
     return all(struct.unpack_from(e + "I", ph, i * phentsize)[0] != 3 for i in range(phnum))  # 3: PT_INTERP
 
 
-def _install(name: str, mod: str, version: str, steps: list[Step], check: Callable[[Path], None],
-             extra: list | None = None) -> Path:
+def go_install(name: str, mod: str, version: str, steps: list[Step], check: Callable[[Path], None],
+               extra: list | None = None) -> Path:
+    """``go install mod/pkg@version`` for each step (packages, tags, ldflags,
+    cgo) into the cached bin dir ``$KUBE_HARNESS_CACHE/<name>/<version>-<hash12>``,
+    then ``check(bin_dir)``; a cache hit looks at files only."""
     key = digest("runtime-v1", name, mod, version, steps, extra or [], _go_version())
 
     def build(tmp: Path) -> dict:
@@ -142,7 +145,7 @@ def _install(name: str, mod: str, version: str, steps: list[Step], check: Callab
     return produce(cache_dir() / name / f"{version}-{key[:12]}", build)
 
 
-def _check(path: Path, args: list[str], expect: str, *, static: bool = True, env: dict | None = None) -> None:
+def check_binary(path: Path, args: list[str], expect: str, *, static: bool = True, env: dict | None = None) -> None:
     if not path.is_file():
         raise BuildError(f"{path} missing")
     if static and not is_static(path):

@@ -47,7 +47,8 @@ configure_containerd() {
   # filesystem that can be an overlay upper dir (not overlay itself, not zfs);
   # the provider mounts a volume on /var for that. Fall back to the native
   # snapshotter when an overlay mount there does not work.
-  local want=${KUBE_HARNESS_SNAPSHOTTER:-}
+  # (kind passes KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER for the same choice)
+  local want=${KUBE_HARNESS_SNAPSHOTTER:-${KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER:-}}
   if [[ -z "$want" ]]; then
     local t
     t=$(mktemp -d /var/lib/kube-harness-overlay-test.XXXXXX 2>/dev/null || true)
@@ -130,10 +131,11 @@ fix_cgroup() {
     # cgroup v2: Docker gives every container its own cgroup namespace; the
     # kubelet cgroup is created by the kubelet unit once systemd has moved
     # the processes out of the root cgroup (see 11-kube-harness.conf).
-    info "cgroup v2"
+    info "detected cgroup v2"
     return
   fi
-  info "cgroup v1"
+  # kind waits for this line (or systemd's multi-user target) before its first exec
+  info "detected cgroup v1"
   # The cgroup path of this process in the cpu hierarchy tells whether we
   # have a private cgroup namespace ("/") or see the host's tree.
   local self

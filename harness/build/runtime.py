@@ -102,8 +102,8 @@ def build_actionlint() -> Path:
     v, mod = ACTIONLINT_VERSION, "github.com/rhysd/actionlint"
 
     def check(b: Path) -> None:
-        _check(b / "actionlint", ["-version"], v.lstrip("v"))
-    return _install("actionlint", mod, v, [(("cmd/actionlint",), "", f"-s -w -X {mod}.version={v}", False)], check)
+        check_binary(b / "actionlint", ["-version"], v.lstrip("v"))
+    return go_install("actionlint", mod, v, [(("cmd/actionlint",), "", f"-s -w -X {mod}.version={v}", False)], check)
 
 
 def build_runtime() -> dict[str, Path]:

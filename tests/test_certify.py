@@ -318,3 +318,6 @@ def test_certify_selftest_on_a_real_cluster(tmp_path):
     assert f"- e2e.test: {version} " in readme and f"- kube-harness: {__version__}" in readme
     assert "containerd://" in readme and f"| {version} |" in readme  # the nodes' runtime and kubelet
     assert f"name: {name}" in readme  # the cluster spec
+    meta = yaml.safe_load((art / "metadata.json").read_text())
+    assert meta["conformance-mode"] == "certify" and "NOT a certification" in meta["conformance-certify-selftest"]
+    assert meta["job-version"] == version

@@ -59,7 +59,7 @@ def test_the_controller_writes_it_at_session_end(tmp_path):
     assert data.pop("kube-harness-commit").startswith(head.strip() or os.environ.get("PULL_PULL_SHA", "?"))
     assert data == {"infra-commit": "from-an-earlier-step", "job-version": "v1.36.3", "revision": "v1.36.3",
                     "k8s-version": "v1.36.3", "kube-harness-version": __version__, "kube-harness-provider": "docker",
-                    "kube-harness-mode": "direct"}
+                    "kube-harness-mode": "direct", "conformance-mode": "full"}
     wrote = [r for r in _records(art / "harness.jsonl") if r.get("event") == "metadata"]
     assert len(wrote) == 1 and wrote[0]["msg"] == f"wrote {art / 'metadata.json'}", out
     workers = sorted(art.glob("harness-gw*.jsonl"))

@@ -29,7 +29,7 @@ import os
 
 import pytest
 
-from harness.conformance import DEFAULT_PARALLEL, MODES
+from harness.conformance import CERTIFY_SELFTEST_ENV, DEFAULT_PARALLEL, MODES, conformance_mode
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The controller refuses what certify mode cannot take, before anything
-    is made."""
+    is made, and records the mode in $ARTIFACTS/metadata.json."""
     if hasattr(config, "workerinput") or config.option.help:
         return
     opt = config.getoption
@@ -71,6 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
                           e2e_args=opt("e2e_arg"), reruns=getattr(config.option, "reruns", 0) or 0)
         except SpecError as e:
             raise pytest.UsageError(str(e)) from None
+    from harness import metadata
+    metadata.record(config, "conformance-mode", conformance_mode(config))
+    if mode == "certify" and os.environ.get(CERTIFY_SELFTEST_ENV):
+        metadata.record(config, "conformance-certify-selftest", "true (NOT a certification)")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -66,3 +66,23 @@ def test_the_controller_writes_it_at_session_end(tmp_path):
     assert [w.name for w in workers] == ["harness-gw0.jsonl", "harness-gw1.jsonl"], out  # the workers ran ...
     assert not [r for w in workers for r in _records(w) if r.get("event") == "metadata"]  # ... and wrote nothing
 
+
+def test_prow_jobs_follow_the_conventions():
+    """ci/prow-job.yaml: decorated (ARTIFACTS=/logs/artifacts comes from the
+    decoration, so no job sets it), the README's command, the same container
+    set-up for the periodic and the presubmit, TestGrid annotations."""
+    import yaml
+    doc = yaml.safe_load((ROOT / "ci" / "prow-job.yaml").read_text())
+    jobs = doc["periodics"] + [j for js in doc["presubmits"].values() for j in js]
+    assert [j["name"] for j in jobs] == ["ci-kube-harness-kubeadm", "pull-kube-harness-kubeadm"]
+    specs = []
+    for j in jobs:
+        assert j["decorate"] is True and j["decoration_config"]["timeout"]
+        assert {"testgrid-dashboards", "testgrid-tab-name", "description"} <= set(j["annotations"]), j["name"]
+        (ctr,) = j["spec"]["containers"]
+        assert ctr["command"] == ["bash", ".ci/run"] and ctr["securityContext"]["privileged"] is True
+        assert "ARTIFACTS" not in {e["name"] for e in ctr.get("env", [])}
+        assert {m["name"] for m in ctr["volumeMounts"]} == {v["name"] for v in j["spec"]["volumes"]}
+        specs.append((ctr["volumeMounts"], j["spec"]["volumes"], ctr["resources"]))
+    assert specs[0] == specs[1]
+    assert 'ARTIFACTS="${ARTIFACTS:-' in (ROOT / ".ci" / "run").read_text()  # Prow's value is kept

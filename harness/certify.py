@@ -55,6 +55,8 @@ PRODUCT_FIELDS = (
 )
 
 MODE = "--conformance-mode=certify"
+#: the provider of a cluster given by --kubeconfig (harness/existing.py)
+EXISTING = "existing"
 _ONE_RUN = f"certification runs every [Conformance] spec (focus {CONFORMANCE_FOCUS}, no skip), serially, once"
 #: e2e.test flags certify sets itself: another value would move or rename junit_01.xml
 OWN_E2E_FLAGS = ("report-dir", "report-prefix")
@@ -106,6 +108,7 @@ class Facts:
     provider: str = ""
     nodes: list[dict] = field(default_factory=list)  # name, roles, os, kernel, runtime, kubelet, arch
     spec_yaml: str = ""              # the kube-harness cluster spec
+    kubeconfig: str = ""             # a cluster the harness did not make (--kubeconfig)
 
     @property
     def minor(self) -> str:
@@ -127,7 +130,11 @@ def gather(cluster, e2e: Path) -> Facts:
     from .metadata import harness_commit
     spec = cluster.spec
     facts = Facts(spec.version, e2e=e2e_version(e2e), e2e_path=str(e2e), harness_commit=harness_commit(),
-                  provider=str(spec.provider), spec_yaml=yaml.safe_dump(spec.to_dict(), sort_keys=False))
+                  provider=str(spec.provider))
+    if spec.provider == EXISTING:  # read from the cluster, not what made it
+        facts.kubeconfig = str(spec.source or cluster.kubeconfig_path)
+    else:
+        facts.spec_yaml = yaml.safe_dump(spec.to_dict(), sort_keys=False)
     try:
         from kubernetes import client
         facts.server = client.VersionApi(cluster.api_client()).get_code().git_version
@@ -201,12 +208,18 @@ def readme(facts: Facts, run: PhaseResult, selftest: str | None = None) -> str:
     lines += ["", "## Install the product and create the cluster", "",
               f"{TODO}: how to install the product and create the cluster that was tested. The CNCF asks for "
               "the installation and configuration steps here, not only a link to them.", ""]
+    if facts.kubeconfig:
+        lines += ["kube-harness did not make the tested cluster: it was given by its kubeconfig "
+                  "(`--kubeconfig`).", ""]
+        how = "--kubeconfig FILE"
+    else:
+        how = "[--cluster-config FILE]"
     if facts.spec_yaml:
         lines += ["The tested cluster was made by kube-harness from this spec "
                   "(`python3 -m pytest ... --cluster-config FILE`):", "", "```yaml", facts.spec_yaml.rstrip(),
                   "```", ""]
     lines += ["## Run the conformance tests", "",
-              "```sh", "python3 -m pytest suites/conformance --conformance-mode=certify [--cluster-config FILE]",
+              "```sh", f"python3 -m pytest suites/conformance --conformance-mode=certify {how}",
               "```", "",
               "It runs every `[Conformance]` spec serially, once, with no skip, as the conformance image does for "
               "`sonobuoy run --mode=certified-conformance` and `hydrophone --conformance`; the command was:", "",

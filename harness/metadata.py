@@ -15,8 +15,9 @@ Conventions followed (kubetest, kubetest2, test-infra):
 
 Written by the controller process at the end of a pytest session (never by
 an xdist worker), with the harness's version and commit, the provider, the
-mode (direct or cluster-api) and what suites add with :func:`record` (the
-conformance suite records its mode).
+mode (direct, cluster-api, or existing for a cluster given by --kubeconfig,
+whose version is the API server's) and what suites add with :func:`record`
+(the conformance suite records its mode).
 
 The plugin is registered by ``suites/conftest.py`` and ``tests/conftest.py``
 (:func:`register`); a session on test files elsewhere (a provider author's
@@ -119,7 +120,8 @@ def session_values(config: pytest.Config) -> dict[str, str]:
     except Exception as e:  # the options were checked at start-up; say what is missing, write the rest
         log.warning(f"metadata.json without the Kubernetes version: {e}")
     try:
-        values["kube-harness-mode"] = "cluster-api" if config.getoption("cluster_api") else "direct"
+        values["kube-harness-mode"] = ("existing" if config.getoption("kubeconfig", None) else
+                                       "cluster-api" if config.getoption("cluster_api") else "direct")
     except ValueError:  # the harness plugin is not loaded
         pass
     values.update(config.stash.get(_KEY, {}))

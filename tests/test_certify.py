@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -245,6 +244,16 @@ def test_selftest_skeletons_say_not_a_certification(tmp_path):
     assert "runtime unknown" in text
 
 
+def test_a_cluster_given_by_kubeconfig_is_not_said_to_be_made_here(tmp_path):
+    run = _run_in(tmp_path / "certify", DATA / "smoke-cluster.junit_01.xml")
+    facts = certify.Facts("v1.37.2", provider=certify.EXISTING, kubeconfig="/home/v/.kube/config")
+    readme = (certify.write_submission(run, facts) / "README.md").read_text()
+    assert "kube-harness did not make the tested cluster: it was given by its kubeconfig" in readme
+    assert "python3 -m pytest suites/conformance --conformance-mode=certify --kubeconfig FILE" in readme
+    assert "made by kube-harness from this spec" not in readme and "/home/v" not in readme
+    assert "TODO: how to install the product and create the cluster" in readme
+
+
 def test_clear_leaves_no_stale_files(tmp_path):
     d = tmp_path / "certify"
     d.mkdir()
@@ -267,7 +276,7 @@ def _docker_objects(cluster: str) -> list[str]:
 @pytest.mark.docker
 @pytest.mark.cluster
 @pytest.mark.conformance
-def test_certify_selftest_on_a_real_cluster(tmp_path):
+def test_certify_selftest_on_a_real_cluster(tmp_path, write_spec):
     """``pytest suites/conformance --conformance-mode=certify`` on a real
     cluster of its own, narrowed by the self-test hook to four specs: the
     submission files appear in the layout, junit_01.xml parses and holds the
@@ -275,11 +284,7 @@ def test_certify_selftest_on_a_real_cluster(tmp_path):
     pytest result, and PRODUCT.yaml and README.md say NOT A CERTIFICATION."""
     from harness.build import kube
     version = kube.default_version()
-    name = f"kc-{uuid.uuid4().hex[:8]}"
-    doc = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
-    doc["metadata"]["name"] = name
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(yaml.safe_dump(doc))
+    spec, name = write_spec("kc")
     art = tmp_path / "art"
     assert _docker_objects(name) == []
     rc, out = run_pytest("suites/conformance", MODE, f"--cluster-config={spec}", "--no-reap",

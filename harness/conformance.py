@@ -6,8 +6,11 @@ turn its ginkgo JUnit report into results.
   cluster's binaries), cached by version and input hash.
 * :func:`phases_for`: the runs a mode makes (``parallel``: non-[Serial]
   specs on N ginkgo nodes, then the [Serial] ones alone, as Kubernetes CI
-  does; ``full``: everything in one serial run, as certified conformance
-  runs do; ``smoke``: a few fast specs).
+  does; ``full``: everything in one serial run; ``certify``: that run
+  exactly as the conformance image's go-runner makes it for sonobuoy's
+  certified-conformance mode and hydrophone, written out in the
+  cncf/k8s-conformance layout by :mod:`harness.certify`; ``smoke``: a few
+  fast specs).
 * :class:`E2ERunner`: runs a phase, streams its output line by line to
   ``$ARTIFACTS/conformance/<phase>/e2e.log`` and progress (specs done /
   total, elapsed) to the ``harness.conformance`` logger.
@@ -58,7 +61,13 @@ SMOKE_SPECS = (
     "[FeatureGate:ClusterTrustBundleProjection] should allow server and client pods to establish an mTLS connection",
 )
 
-MODES = ("parallel", "full", "smoke")
+MODES = ("parallel", "full", "smoke", "certify")
+
+#: For the harness's own tests only: a regex that narrows certify mode's focus
+#: to a few [Conformance] specs, so its real code path runs in minutes.  The
+#: output then says, in PRODUCT.yaml and README.md, that it is NOT a
+#: certification.
+CERTIFY_SELFTEST_ENV = "KUBE_HARNESS_CERTIFY_SELFTEST_FOCUS"
 
 _RE2_SPECIAL = set("\\.+*?()|[]{}^$")
 
@@ -161,13 +170,35 @@ class Phase:
     skip: str = ""
     nodes: int = 1
     timeout: str = "24h"
+    #: run as the conformance image's go-runner does (certification): the
+    #: ginkgo CLI, its flags and e2e.test's, junit_01.xml from --report-dir
+    upstream: bool = False
+
+    @property
+    def junit(self) -> str:
+        """The JUnit report the runner parses: the e2e framework's own
+        (``--report-dir``) for upstream runs, ginkgo's otherwise."""
+        return "junit_01.xml" if self.upstream else "ginkgo-junit.xml"
+
+
+def certify_phase(*, timeout: str = "24h", selftest_focus: str | None = None) -> Phase:
+    """Certification: every [Conformance] spec, serially, no skip.
+    ``selftest_focus`` (harness self-tests only) narrows it to the matching
+    [Conformance] specs."""
+    focus = f"({selftest_focus}).*{CONFORMANCE_FOCUS}" if selftest_focus else CONFORMANCE_FOCUS
+    return Phase("certify", focus, "", 1, timeout, upstream=True)
 
 
 def phases_for(mode: str, *, focus: str | None = None, skip: str | None = None, nodes: int = 3,
-               timeout: str = "24h") -> list[Phase]:
-    """The e2e runs of a mode.  ``focus``/``skip`` override the mode's regexes."""
+               timeout: str = "24h", selftest_focus: str | None = None) -> list[Phase]:
+    """The e2e runs of a mode.  ``focus``/``skip`` override the mode's regexes
+    (not certify's: that one runs every [Conformance] spec)."""
     if mode not in MODES:
         raise ValueError(f"conformance mode {mode!r}; one of {MODES}")
+    if mode == "certify":
+        if focus or skip:
+            raise ValueError(f"certify mode takes no focus or skip (got focus={focus!r}, skip={skip!r})")
+        return [certify_phase(timeout=timeout, selftest_focus=selftest_focus)]
     user_skip = skip or ""
     join = lambda *xs: "|".join(dict.fromkeys(x for x in xs if x))  # noqa: E731
     if mode == "smoke":
@@ -435,6 +466,7 @@ class PhaseResult:
     results: list[SpecResult] = field(default_factory=list)
     error: str = ""
     not_run: int = 0  # selected specs that never ran (suite timeout, interrupt)
+    command: list[str] = field(default_factory=list)
 
 
 class E2ERunner:
@@ -450,6 +482,8 @@ class E2ERunner:
         self.proc: subprocess.Popen | None = None
 
     def command(self, phase: Phase, phase_dir: Path) -> list[str]:
+        if phase.upstream:
+            return self.upstream_command(phase, phase_dir)
         e2e_args = [f"--kubeconfig={self.kubeconfig}", f"--provider={self.provider}",
                     f"--report-dir={phase_dir}", "--disable-log-dump"]
         if self.kubectl:
@@ -474,10 +508,30 @@ class E2ERunner:
             cmd.append("--ginkgo.dry-run")
         return cmd
 
+    def upstream_command(self, phase: Phase, phase_dir: Path) -> list[str]:
+        """The command the conformance image's go-runner builds
+        (test/conformance/image/go-runner/cmd.go) with certification's
+        settings (E2E_FOCUS=\\[Conformance\\], E2E_SKIP empty, E2E_PARALLEL
+        off): ``ginkgo --focus=... --skip= --no-color=true --timeout=24h
+        e2e.test -- --disable-log-dump --provider=... --report-dir=DIR
+        --kubeconfig=...``, plus ginkgo's ``-v`` as hydrophone and sonobuoy
+        pass it (spec names and the e2e's own log in e2e.log).  No
+        ``--procs``/``--nodes``, no ``--flake-attempts``: one process, one
+        attempt.  kubectl is found on PATH, as in the image."""
+        if not self.ginkgo:
+            raise RuntimeError("upstream-style e2e runs need the ginkgo CLI")
+        ginkgo_args = [f"--focus={phase.focus}", f"--skip={phase.skip}", "--no-color=true", "-v",
+                       f"--timeout={phase.timeout}"]
+        if self.dry_run:
+            ginkgo_args.append("--dry-run=true")  # as E2E_DRYRUN does
+        e2e_args = ["--disable-log-dump", f"--provider={self.provider}", f"--report-dir={phase_dir}",
+                    f"--kubeconfig={self.kubeconfig}", *self.extra_args]
+        return [str(self.ginkgo), *ginkgo_args, str(self.e2e), "--", *e2e_args]
+
     def run(self, phase: Phase) -> PhaseResult:
         phase_dir = self.out_dir / phase.name
         phase_dir.mkdir(parents=True, exist_ok=True)
-        junit = phase_dir / "ginkgo-junit.xml"
+        junit = phase_dir / phase.junit
         if junit.exists():
             junit.unlink()
         cmd = self.command(phase, phase_dir)
@@ -488,7 +542,8 @@ class E2ERunner:
         if self.kubectl:
             env["PATH"] = f"{Path(self.kubectl).parent}{os.pathsep}{env.get('PATH', '')}"
         log_path = phase_dir / "e2e.log"
-        (phase_dir / "command.txt").write_text(" ".join(_q(c) for c in cmd) + "\n")
+        if not phase.upstream:  # an upstream run's directory holds only what a submission does
+            (phase_dir / "command.txt").write_text(" ".join(_q(c) for c in cmd) + "\n")
         tracker = ProgressTracker(phase.name)
         log.info(f"[{phase.name}] e2e: nodes={phase.nodes} focus={phase.focus!r} skip={phase.skip!r}; "
                  f"log {log_path}", extra={"phase": f"conformance-{phase.name}", "event": "start"})
@@ -519,9 +574,9 @@ class E2ERunner:
                 stop.set()
         secs = time.monotonic() - t0
         if not junit.exists():  # the ginkgo CLI may prefix the suite name
-            found = sorted(phase_dir.glob("*ginkgo-junit.xml"))
+            found = sorted(phase_dir.glob(f"*{phase.junit}"))
             junit = found[0] if found else junit
-        res = PhaseResult(phase, rc, secs, log_path, junit)
+        res = PhaseResult(phase, rc, secs, log_path, junit, command=cmd)
         if junit.exists():
             res.results = parse_junit(junit, phase=phase.name)
         else:
@@ -567,6 +622,7 @@ class ConformanceRun:
     out_dir: Path
     prow_junit: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    submission: Path | None = None  # certify: the cncf/k8s-conformance directory
 
     @property
     def results(self) -> list[SpecResult]:
@@ -595,11 +651,18 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
     out_dir = art / "conformance"
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    phases = phases_for(mode, focus=focus, skip=skip, nodes=nodes, timeout=timeout)
+    selftest = (os.environ.get(CERTIFY_SELFTEST_ENV) or None) if mode == "certify" else None
+    if selftest:
+        log.warning(f"${CERTIFY_SELFTEST_ENV}={selftest!r}: certify mode narrowed to the matching specs for the "
+                    "harness's own tests; the results are NOT a certification", extra={"phase": "conformance"})
+    phases = phases_for(mode, focus=focus, skip=skip, nodes=nodes, timeout=timeout, selftest_focus=selftest)
+    if mode == "certify":
+        from . import certify
+        certify.clear(out_dir / phases[0].name)
 
     t = time.monotonic()
     e2e_bin = Path(e2e) if e2e else ensure_e2e(getattr(cluster.spec, "version", None))
-    ginkgo = ensure_ginkgo() if any(p.nodes > 1 for p in phases) else None
+    ginkgo = ensure_ginkgo() if any(p.nodes > 1 or p.upstream for p in phases) else None
     timings["build-e2e"] = round(time.monotonic() - t, 1)
 
     t = time.monotonic()
@@ -626,6 +689,10 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
         done.append(runner.run(ph))
         timings[f"e2e-{ph.name}"] = round(time.monotonic() - t, 1)
     run = ConformanceRun(mode, done, out_dir, timings=timings)
+    if mode == "certify":
+        run.submission = certify.write_submission(done[0], certify.gather(cluster, e2e_bin), selftest)
+        log.info(f"submission files in {run.submission}" + (" (NOT a certification: self-test)" if selftest else ""),
+                 extra={"phase": "conformance"})
     run.prow_junit = write_prow_junit(run.results, art / "junit_conformance_e2e.xml",
                                       properties={"mode": mode, **{f"seconds.{k}": v for k, v in timings.items()}})
     log.info(run.summary(), extra={"phase": "conformance", "event": "summary"})
@@ -633,6 +700,20 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
 
 
 # ------------------------------------------------------------------ pytest
+
+DEFAULT_PARALLEL = 3
+
+
+def conformance_mode(config) -> str:
+    """The mode the suite's options ask for (suites/conformance/conftest.py)."""
+    return "smoke" if config.getoption("conformance_smoke") else config.getoption("conformance_mode") or "parallel"
+
+
+def e2e_parallel(config) -> int:
+    """--e2e-parallel, else $KUBE_HARNESS_E2E_PARALLEL, else 3."""
+    given = config.getoption("e2e_parallel")
+    return given if given is not None else int(os.environ.get("KUBE_HARNESS_E2E_PARALLEL", DEFAULT_PARALLEL))
+
 
 def _spec_nodeid(item, r: SpecResult) -> str:
     return f"{item.nodeid}::{r.name.replace('::', ':')}"

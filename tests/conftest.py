@@ -1,4 +1,5 @@
-"""Shared fixtures of the harness's own tests."""
+"""Shared fixtures of the harness's own tests; their sessions write
+$ARTIFACTS/metadata.json at the end, as every suite's do (harness/metadata.py)."""
 from __future__ import annotations
 
 import uuid
@@ -8,7 +9,13 @@ from typing import Callable
 import pytest
 import yaml
 
+from harness import metadata
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    metadata.register(config)
 
 
 @pytest.fixture

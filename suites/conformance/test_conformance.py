@@ -14,21 +14,22 @@ pytestmark = [pytest.mark.conformance, pytest.mark.cluster, pytest.mark.slow]
 
 def test_conformance(cluster, request):
     cfg = request.config
-    mode = "smoke" if cfg.getoption("conformance_smoke") else cfg.getoption("conformance_mode") or "parallel"
+    mode = conformance.conformance_mode(cfg)
     capman = cfg.pluginmanager.getplugin("capturemanager")
     # progress goes to the real terminal while the suite runs (it takes long)
     live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
     with live:
         run = conformance.run_conformance(
             cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
-            nodes=cfg.getoption("e2e_parallel"), timeout=cfg.getoption("e2e_timeout"),
+            nodes=conformance.e2e_parallel(cfg), timeout=cfg.getoption("e2e_timeout"),
             e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
             extra_args=cfg.getoption("e2e_arg"))
     request.node._kh_conformance_results = run.results
     cluster.timings.update({f"conformance:{k}": v for k, v in run.timings.items()})
     for k, v in run.timings.items():
         request.node.user_properties.append((f"seconds.{k}", v))
-    log.info(f"{run.summary()} ({mode}; JUnit {run.prow_junit})")
+    log.info(f"{run.summary()} ({mode}; JUnit {run.prow_junit})"
+             + (f"; cncf/k8s-conformance files in {run.submission}" if run.submission else ""))
     terminal = cfg.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None:
         terminal.write_line("")

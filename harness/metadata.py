@@ -19,9 +19,8 @@ mode (direct, cluster-api, or existing for a cluster given by --kubeconfig,
 whose version is the API server's) and what suites add with :func:`record`
 (the conformance suite records its mode).
 
-The plugin is registered by ``suites/conftest.py`` and ``tests/conftest.py``
-(:func:`register`); a session on test files elsewhere (a provider author's
-own suite) gets it with ``-p harness.metadata``.
+The harness's pytest plugin registers it (:func:`register`), so every
+session that loads the harness writes it, wherever its test files are.
 """
 from __future__ import annotations
 
@@ -113,8 +112,8 @@ def session_values(config: pytest.Config) -> dict[str, str]:
     """The session's metadata: versions, provider, mode, and what was recorded."""
     values = {"kube-harness-version": __version__, "kube-harness-commit": harness_commit()}
     try:
-        from .plugin import _spec  # the session's validated spec, with its command-line overrides
-        spec = _spec(config)
+        from .plugin import session_spec  # the session's validated spec, with its command-line overrides
+        spec = session_spec(config)
         values.update({"k8s-version": spec.version, "job-version": spec.version, "revision": spec.version,
                        "kube-harness-provider": spec.provider})
     except Exception as e:  # the options were checked at start-up; say what is missing, write the rest
@@ -139,12 +138,7 @@ class _Plugin:
 
 
 def register(config: pytest.Config) -> None:
-    """Register the metadata plugin once per session (from a conftest's
-    pytest_configure)."""
+    """Register the metadata plugin once per session (the harness plugin's pytest_configure)."""
     if not config.pluginmanager.has_plugin(PLUGIN_NAME):
         config.pluginmanager.register(_Plugin(), PLUGIN_NAME)
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """``-p harness.metadata``: the same plugin for sessions outside this tree."""
-    register(config)

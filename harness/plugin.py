@@ -20,7 +20,7 @@ from filelock import FileLock
 from providers import registry
 from providers.base import L_KEEP, L_RUN
 
-from . import artifacts, junit, reaper, versions
+from . import artifacts, junit, metadata, reaper, versions
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import artifacts_dir, configure, log, use_capture_manager
@@ -96,6 +96,7 @@ def _install_sigterm() -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     configure()
+    metadata.register(config)  # $ARTIFACTS/metadata.json at the session's end
     use_capture_manager(config.pluginmanager.getplugin("capturemanager"))
     if not _is_worker(config):
         _fail_on_bad_options(config)
@@ -130,7 +131,7 @@ def _check_options(config: pytest.Config) -> None:
         raise SpecError("--provider", provider, f"one of {registry.names()}")
     if version and (why := versions.problem(version)):
         raise SpecError("--kubernetes-version", version, why)
-    spec = _spec(config)  # --cluster-config: an existing, valid spec
+    spec = session_spec(config)  # --cluster-config: an existing, valid spec
     from .build.nodeimage import check_option
     check_option(config.getoption("node_image"), spec.provider)
     _check_capi_options(config, spec)
@@ -148,7 +149,7 @@ def _check_existing_options(config: pytest.Config) -> None:
     if given:
         raise SpecError("--" + given[0].replace("_", "-"), config.getoption(given[0]),
                         "nothing with --kubeconfig: the harness makes no cluster, it uses the given one")
-    _spec(config)  # a readable kubeconfig, a cluster that answers, a supported version
+    session_spec(config)  # a readable kubeconfig, a cluster that answers, a supported version
 
 
 CAPI_OPTIONS = ("capi_management_kubeconfig", "capi_clusterctl_config", "capi_infrastructure", "capi_flavor",
@@ -202,7 +203,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     """A worker went down: reap what its process owned if it is dead."""
     if error and not node.config.getoption("no_reap"):
         try:
-            spec = _spec(node.config)
+            spec = session_spec(node.config)
             reaper.reap(_provider_for(node.config, spec))
         except Exception as e:
             log.warning(f"reaping after worker crash failed: {e}")
@@ -214,7 +215,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             or config.getoption("kubeconfig"):
         return
     try:
-        reaper.reap(_provider_for(config, _spec(config)))
+        reaper.reap(_provider_for(config, session_spec(config)))
     except Exception as e:  # no docker: tests that need it fail with a clear error
         log.warning(f"reaper skipped: {e}")
 
@@ -245,7 +246,7 @@ def _leftovers(config: pytest.Config) -> list[str]:
     """Objects labelled with this run that no teardown took (not kept): deleted now, and named."""
     selector = {L_RUN: run_id(config), L_KEEP: "false"}
     try:
-        provider = _provider_for(config, _spec(config))
+        provider = _provider_for(config, session_spec(config))
         left = provider.list_owned(selector)
     except Exception as e:
         return [f"could not check for leftovers of run {run_id(config)}: {e}"]
@@ -266,7 +267,7 @@ def _delete_shared_clusters(config: pytest.Config, exitstatus: int) -> list[str]
         if info.get("keep"):
             continue
         try:
-            spec = _spec(config).with_overrides(name=info["name"])
+            spec = session_spec(config).with_overrides(name=info["name"])
             provider = _provider_for(config, spec)
             cluster = Cluster(spec, provider, reaper.current_owner(run_id(config)))
             if exitstatus not in (0, 5):
@@ -280,7 +281,7 @@ def _delete_shared_clusters(config: pytest.Config, exitstatus: int) -> list[str]
 
 # --- spec and controller ------------------------------------------------
 
-def _spec(config: pytest.Config) -> ClusterSpec:
+def session_spec(config: pytest.Config) -> ClusterSpec:
     cached = getattr(config, "_kh_spec", None)
     if cached is not None:
         return cached
@@ -351,7 +352,7 @@ class ClusterFactory:
                  name: str | None = None, **overrides: Any) -> Cluster:
         _skip_if_given_cluster(self.config)
         if spec is None:
-            spec = _spec(self.config)
+            spec = session_spec(self.config)
         elif not isinstance(spec, ClusterSpec):
             spec = load(spec)
         if name:
@@ -444,7 +445,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 @pytest.fixture(scope="session")
 def cluster_spec(pytestconfig: pytest.Config) -> ClusterSpec:
     """The validated spec from --cluster-config (with command line overrides)."""
-    return _spec(pytestconfig)
+    return session_spec(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -454,7 +455,7 @@ def cluster(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Iter
 
 
 def _session_cluster(request: pytest.FixtureRequest, config: pytest.Config, bootstrap: str) -> Iterator[Cluster]:
-    spec = _spec(config)
+    spec = session_spec(config)
     if config.getoption("kubeconfig"):
         if bootstrap != "kubeadm":
             _skip_if_given_cluster(config)
@@ -522,7 +523,7 @@ def capi_management(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         return
     factory = ClusterFactory(pytestconfig, request, direct=True)
     before = request.session.testsfailed
-    name = f"{_spec(pytestconfig).name}-mgmt"[:40]
+    name = f"{session_spec(pytestconfig).name}-mgmt"[:40]
     spec = load(management.MANAGEMENT_CONFIG).with_overrides(name=name)
     direct = factory.machine_controller(spec)
     reuse = bool(opt("reuse_cluster")) and direct.exists(spec)

@@ -1,5 +1,4 @@
-"""Shared fixtures of the harness's own tests; their sessions write
-$ARTIFACTS/metadata.json at the end, as every suite's do (harness/metadata.py)."""
+"""Shared fixtures of the harness's own tests."""
 from __future__ import annotations
 
 import uuid
@@ -9,13 +8,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from harness import metadata
-
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def pytest_configure(config):
-    metadata.register(config)
 
 
 @pytest.fixture

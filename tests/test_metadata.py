@@ -39,8 +39,7 @@ def _records(path: Path) -> list[dict]:
 
 def test_the_controller_writes_it_at_session_end(tmp_path):
     """A real session with two xdist workers on suites/kubeadm and
-    suites/conformance (the registration every suite gets from
-    suites/conftest.py), deselecting every test so no cluster is made."""
+    suites/conformance (the harness plugin registers it), deselecting every test so no cluster is made."""
     art = tmp_path / "art"
     art.mkdir()
     (art / "metadata.json").write_text(json.dumps({"infra-commit": "from-an-earlier-step"}))

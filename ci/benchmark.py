@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
-"""Benchmark: time each phase of building and running a cluster.
+"""Benchmark: the harness and kind side by side, phase by phase.
 
-  python ci/benchmark.py                 # 1-node and 3-node clusters
-  python ci/benchmark.py --nodes 3 --uncached-build   # also time a cold build
+  python3 ci/benchmark.py                      # 1 and 3 nodes, 3 rounds each, harness vs kind
+  python3 ci/benchmark.py --nodes 1 --rounds 5
+  python3 ci/benchmark.py --no-kind --suite    # the harness only, and suites/kubeadm on it
+  python3 ci/benchmark.py --uncached-build     # also a cold build (slow)
 
-Phases: build (cached/uncached), node image, machine start, kubeadm init,
-joins, Ready, the kubeadm suite, teardown. Prints a table and writes
-$ARTIFACTS/benchmark.json.
+Both make the same topology (1 control plane + N-1 workers) from the same node
+image (the harness's, which meets kind's node-image contract), alternately on
+the same host, with kind built from the Go module proxy. Each round is timed
+from the create call until every Node is Ready and CoreDNS is ready (its
+readiness probe: the kube-dns endpoints are ready); the phases are the
+harness's own timings and, for kind, the moments its "✓ <step>" lines appear.
+Prints the median of every phase per tool and the ratio harness/kind, and
+writes every round to $ARTIFACTS/benchmark.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -22,12 +32,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kubernetes import client, config as kconfig  # noqa: E402
+
 from harness.controller import MachineController  # noqa: E402
 from harness.kubeadm.bootstrap import KubeadmBootstrapper  # noqa: E402
 from harness.progress import artifacts_dir, configure  # noqa: E402
 from harness.reaper import current_owner  # noqa: E402
-from harness.spec import load  # noqa: E402
+from harness.spec import load, parse  # noqa: E402
 from providers import registry  # noqa: E402
+
+#: kind's "✓ <step>" lines -> the phase names this benchmark uses
+KIND_STEPS = {"Ensuring node image": "image", "Preparing nodes": "machines", "Writing configuration": "config",
+              "Starting control-plane": "init", "Installing CNI": "cni", "Installing StorageClass": "storage",
+              "Joining worker nodes": "join"}
+PHASES = ("machines", "init", "join", "ready", "create to CoreDNS ready", "delete")
 
 
 def timed(fn, *a, **kw):
@@ -37,7 +55,7 @@ def timed(fn, *a, **kw):
 
 
 def build_times(version: str, uncached: bool) -> dict[str, float]:
-    from harness.build import kube, nodeimage
+    from harness.build import kube
     res: dict[str, float] = {}
     if uncached:
         env = {**os.environ, "KUBE_HARNESS_CACHE": f"/tmp/kh-bench-cache-{uuid.uuid4().hex[:6]}",
@@ -46,76 +64,162 @@ def build_times(version: str, uncached: bool) -> dict[str, float]:
         subprocess.run([sys.executable, "-m", "harness.build", "--version", version], env=env, check=True, cwd=ROOT)
         res["build kubernetes (uncached, cold Go cache)"] = round(time.monotonic() - t0, 1)
     _, res["build kubernetes (cached)"] = timed(kube.build_kubernetes, version)
-    base, res["base image (cached)"] = timed(nodeimage.base_image)
-    _, res["node image (cached)"] = timed(nodeimage.build_node_image, version, base)
+    _, res["node image (cached)"] = timed(node_image, version)
     return res
 
 
-def cluster_times(cfg: Path, nodes: int, run_suite: bool) -> dict[str, float]:
-    spec = load(cfg)
-    name = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
-    doc = spec.to_dict()
+def node_image(version: str) -> str:
+    """The harness's node image, as its direct mode uses it (the suites' images preloaded)."""
+    from harness.build.nodeimage import build_node_image
+    from harness.build.testimages import test_images
+    return build_node_image(version, extra_images=test_images())
+
+
+def wait_coredns(kubeconfig: Path, nodes: int, timeout: float = 300) -> None:
+    """Until ``nodes`` Nodes are Ready and CoreDNS is (kube-dns endpoints ready)."""
+    api = kconfig.new_client_from_config(str(kubeconfig))
+    core, disc = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            try:
+                ready = [n for n in core.list_node().items
+                         if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+                slices = disc.list_namespaced_endpoint_slice("kube-system",
+                                                             label_selector="kubernetes.io/service-name=kube-dns")
+                dns = [e for s in slices.items for e in s.endpoints or [] if e.conditions and e.conditions.ready]
+                if len(ready) == nodes and dns:
+                    return
+            except Exception:  # the API server is still coming up
+                pass
+            time.sleep(0.2)
+    finally:
+        api.close()
+    raise TimeoutError(f"{kubeconfig}: {nodes} Ready nodes and CoreDNS not seen within {timeout}s")
+
+
+def spec_for(base: Path, nodes: int, name: str):
+    doc = load(base).to_dict()
     doc["metadata"]["name"] = name
     doc["spec"]["topology"]["controlPlane"]["replicas"] = 1
-    workers = nodes - 1
-    if workers:
-        doc["spec"]["topology"]["workers"] = {"machineDeployments": [{"name": "md-0", "replicas": workers}]}
+    if nodes > 1:
+        doc["spec"]["topology"]["workers"] = {"machineDeployments": [{"name": "md-0", "replicas": nodes - 1}]}
     else:
         doc["spec"]["topology"].pop("workers", None)
-    from harness.spec import parse
-    spec = parse(doc, "benchmark")
-    provider = registry.get(spec.provider, spec.provider_options)
-    ctl = MachineController(provider, current_owner(f"bench-{name}"), KubeadmBootstrapper())
+    return parse(doc, "benchmark")
+
+
+def harness_round(base: Path, nodes: int, image: str, suite: bool) -> dict[str, float]:
+    spec = spec_for(base, nodes, f"bench{nodes}-{uuid.uuid4().hex[:4]}")
+    ctl = MachineController(registry.get(spec.provider, spec.provider_options), current_owner("bench"),
+                            KubeadmBootstrapper(node_image=image))
     t0 = time.monotonic()
     cluster = ctl.provision(spec)
     out: dict[str, float] = {}
     try:
-        out["provision total"] = round(time.monotonic() - t0, 1)
+        wait_coredns(cluster.kubeconfig_path, nodes)
+        out["create to CoreDNS ready"] = round(time.monotonic() - t0, 1)
         t = cluster.timings
-        out["node image"] = t.get("image", 0)
-        starts = [v for k, v in t.items() if k.startswith("machine-start:")]
-        out["machine start (slowest)"] = max(starts) if starts else 0
-        out["machines (parallel)"] = t.get("machines", 0)
-        out["kubeadm init"] = next((v for k, v in t.items() if k.startswith("init")), 0)
-        out["joins"] = t.get("join", 0)
-        out["Ready"] = t.get("ready", 0)
-        if run_suite:
-            kc = cluster.kubeconfig_path
+        out["machines"] = t.get("machines", 0)
+        out["init"] = next((v for k, v in t.items() if k.startswith("init")), 0)
+        out["join"] = t.get("join", 0)
+        out["ready"] = t.get("ready", 0)
+        if suite:
+            cfg = Path(tempfile.gettempdir()) / f"kh-bench-{spec.name}.yaml"
+            cfg.write_text(json.dumps(spec.to_dict()))
             t1 = time.monotonic()
             r = subprocess.run([sys.executable, "-m", "pytest", "suites/kubeadm", "-q", "-p", "no:cacheprovider",
-                                "--reuse-cluster", "--cluster-config", str(_write_cfg(doc))], cwd=ROOT,
-                               env={**os.environ, "KUBECONFIG": str(kc)})
-            out["kubeadm suite"] = round(time.monotonic() - t1, 1)
-            out["kubeadm suite exit"] = r.returncode
+                                "--reuse-cluster", "--cluster-config", str(cfg)], cwd=ROOT)
+            out["suites/kubeadm"] = round(time.monotonic() - t1, 1)
+            out["suites/kubeadm exit"] = r.returncode
     finally:
-        _, out["teardown"] = timed(ctl.teardown, cluster)
+        _, out["delete"] = timed(ctl.teardown, cluster)
     return out
 
 
-def _write_cfg(doc: dict) -> Path:
-    import yaml
-    p = Path("/tmp") / f"kh-bench-{doc['metadata']['name']}.yaml"
-    p.write_text(yaml.safe_dump(doc))
-    return p
+def kind_round(kind: Path, nodes: int, image: str) -> dict[str, float]:
+    from harness.build.kind import write_cluster_config
+    name = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
+    tmp = Path(tempfile.mkdtemp(prefix="kh-bench-kind-"))
+    cfg = write_cluster_config(tmp / "kind.yaml", workers=nodes - 1)
+    kubeconfig = tmp / "kubeconfig"
+    t0 = time.monotonic()
+    p = subprocess.Popen([str(kind), "create", "cluster", "--name", name, "--image", image, "--config", str(cfg),
+                          "--kubeconfig", str(kubeconfig), "--retain"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    marks: dict[str, float] = {}
+    log = []
+    for line in p.stdout:  # kind prints "✓ <step>" as each step ends
+        log.append(line)
+        m = re.search(r"✓ (.+?)\s*\S*$", line.strip())
+        step = next((v for k, v in KIND_STEPS.items() if m and m.group(1).startswith(k)), None)
+        if step:
+            marks[step] = time.monotonic() - t0
+    out: dict[str, float] = {}
+    try:
+        if p.wait() != 0:
+            raise RuntimeError(f"kind create cluster failed:\n{''.join(log)[-3000:]}")
+        created = time.monotonic() - t0
+        wait_coredns(kubeconfig, nodes)
+        out["create to CoreDNS ready"] = round(time.monotonic() - t0, 1)
+        start = marks.get("image", 0)
+        out["machines"] = round(marks.get("machines", start) - start, 1)
+        out["init"] = round(marks.get("init", 0) - marks.get("config", marks.get("machines", 0)), 1)
+        after_init = max(marks.get("init", 0), marks.get("cni", 0), marks.get("storage", 0))
+        out["join"] = round(marks["join"] - after_init, 1) if "join" in marks else 0
+        out["ready"] = round(out["create to CoreDNS ready"] - created, 1)
+    finally:
+        _, out["delete"] = timed(subprocess.run, [str(kind), "delete", "cluster", "--name", name],
+                                 capture_output=True)
+    return out
+
+
+def median(rounds: list[dict[str, float]], key: str) -> float | None:
+    vals = [r[key] for r in rounds if key in r]
+    return round(statistics.median(vals), 1) if vals else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cluster-config", default=str(ROOT / "configs" / "default.yaml"))
     ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 1 and 3)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-kind", action="store_true", help="time the harness only")
+    ap.add_argument("--suite", action="store_true", help="also run suites/kubeadm on each harness cluster")
     ap.add_argument("--uncached-build", action="store_true", help="also time a cold build (slow)")
-    ap.add_argument("--no-suite", action="store_true", help="skip running suites/kubeadm")
     a = ap.parse_args()
+    if a.rounds < 1 or any(n < 1 or n > 10 for n in a.nodes or []):
+        ap.error("--rounds must be >= 1 and --nodes from 1 to 10")
     configure(verbose=False)
-    spec = load(a.cluster_config)
-    results: dict[str, dict] = {"build": build_times(spec.version, a.uncached_build)}
+    version = load(a.cluster_config).version
+    load1, load5, _ = os.getloadavg()
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "version": version, "cpus": os.cpu_count(),
+                     "load before": [round(load1, 2), round(load5, 2)], "build": build_times(version, a.uncached_build)}
+    image = node_image(version)
+    kind = None
+    if not a.no_kind:
+        from harness.build.kind import build_kind
+        kind = build_kind() / "bin" / "kind"
+    tools = ["harness"] + (["kind"] if kind else [])
     for n in a.nodes or [1, 3]:
-        results[f"{n} node(s)"] = cluster_times(Path(a.cluster_config), n, not a.no_suite)
-    print(f"\n{'phase':45s} {'seconds':>9s}")
-    for group, rows in results.items():
-        print(f"-- {group}")
-        for k, v in rows.items():
-            print(f"   {k:42s} {v:>9}")
+        rounds: dict[str, list] = {t: [] for t in tools}
+        for r in range(a.rounds):
+            for tool in tools if r % 2 == 0 else tools[::-1]:  # alternate who goes first
+                res = harness_round(Path(a.cluster_config), n, image, a.suite) if tool == "harness" \
+                    else kind_round(kind, n, image)
+                rounds[tool].append(res)
+                print(f"{n} node(s) round {r + 1} {tool}: {res}", flush=True)
+        results[f"{n} node(s)"] = {"rounds": rounds,
+                                   "median": {t: {k: median(rounds[t], k) for k in PHASES} for t in tools}}
+    print(f"\n{version}, {os.cpu_count()} CPUs, {a.rounds} rounds, medians in seconds")
+    for n in a.nodes or [1, 3]:
+        med = results[f"{n} node(s)"]["median"]
+        print(f"-- {n} node(s)\n   {'phase':26s} " + " ".join(f"{t:>8s}" for t in tools)
+              + ("    ratio" if kind else ""))
+        for k in PHASES:
+            vals = [med[t][k] for t in tools]
+            ratio = f"{vals[0] / vals[1]:9.2f}" if kind and vals[0] is not None and vals[1] else ""
+            print(f"   {k:26s} " + " ".join(f"{v if v is not None else '-':>8}" for v in vals) + ratio)
     p = artifacts_dir() / "benchmark.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(results, indent=2))

@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from ..kubeadm import cni_daemonset
+from ..images_load import normalize
 from ..kubeadm.preflight import host_cgroup_v1
 from . import images, testimages
 from .cache import BuildError, digest, file_digest
@@ -198,8 +199,8 @@ def node_contract(version: str, component_tags: list[str]) -> tuple[dict[str, st
     provisioner, helper = provisioner_image(), testimages.build_busybox()
     files = {VERSION_FILE: version + "\n",
              CNI_MANIFEST: cni_manifest(kube_proxy[0]),
-             STORAGE_MANIFEST: storage_manifest(testimages.containerd_ref(provisioner),
-                                                testimages.containerd_ref(helper))}
+             STORAGE_MANIFEST: storage_manifest(normalize(provisioner),
+                                                normalize(helper))}
     return files, [provisioner, helper]
 
 

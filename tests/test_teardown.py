@@ -226,6 +226,53 @@ def test_two_sessions_with_one_cluster_name(dk, tmp_path, bare_config):
     assert leftovers(dk, cluster) == [], out
 
 
+ENGINE_PIDFILE = Path("/var/run/kube-harness-dockerd.pid")
+
+
+def restart_engine() -> None:
+    """Stop the Docker engine and start it again: ci/engine.sh's, or the system's."""
+    pid = int(ENGINE_PIDFILE.read_text()) if ENGINE_PIDFILE.exists() else 0
+    if pid and Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + 120
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < end, "dockerd did not stop"
+            time.sleep(0.2)
+        r = subprocess.run(["bash", str(ROOT / "ci" / "engine.sh")], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    elif subprocess.run(["systemctl", "is-active", "--quiet", "docker"]).returncode == 0:
+        subprocess.run(["systemctl", "restart", "docker"], check=True, timeout=300)
+    else:
+        pytest.fail("cannot restart this Docker engine (neither ci/engine.sh's nor systemd's docker)")
+
+
+@pytest.mark.slow
+def test_engine_restart_mid_test(tmp_path, bare_config):
+    """The engine restarts while a test execs into a machine: the test fails saying
+    so, and what the run could not delete is gone after `kube-harness reap`."""
+    cfg, cluster = bare_config
+    p, mark = run_inner(tmp_path, cfg, "engine", wait=False)
+    lines = _watch(p)
+    end = time.monotonic() + 300
+    while not mark.exists():
+        assert p.poll() is None and time.monotonic() < end, "".join(lines)
+        time.sleep(0.2)
+    restart_engine()
+    p.wait(timeout=600)
+    out = "".join(lines)
+    assert p.returncode != 0, out
+    assert re.search(r"exec true: the Docker engine does not answer .*; was it stopped or restarted\?"
+                     r"|the Docker engine restarted at", out), out
+    r = subprocess.run([sys.executable, "-m", "harness", "reap"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    dk = docker.from_env()
+    try:
+        assert leftovers(dk, cluster) == [], out + r.stdout + r.stderr
+    finally:
+        dk.close()
+
+
 def test_keep_cluster_then_cli_down(dk, tmp_path, bare_config):
     cfg, cluster = bare_config
     rc, out, mark = run_inner(tmp_path, cfg, "pass", "--keep-cluster")

@@ -67,6 +67,7 @@ an unknown key or a bad value fails naming ``spec.provider.options.<key>``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -81,6 +82,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import docker
+import psutil
+import requests
 from docker import errors as derr
 
 from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, ExecError, ExecResult, Health,
@@ -91,6 +94,26 @@ log = logging.getLogger("harness.provider.docker")
 API_PORT = 6443
 HAPROXY_CFG = "/usr/local/etc/haproxy/haproxy.cfg"
 HAPROXY_CMD = ["haproxy", "-W", "-db", "-f", HAPROXY_CFG]
+
+
+class EngineUnavailable(ProviderError):
+    """The Docker engine does not answer."""
+
+
+def engine_guarded(method):
+    """A provider method whose lost engine connection is an :class:`EngineUnavailable`."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (requests.exceptions.ConnectionError, ConnectionError) as e:
+            what = method.__name__.lstrip("_")
+            if args and isinstance(args[0], Machine):  # "<machine>: exec <command>"
+                cmd = args[1] if len(args) > 1 and isinstance(args[1], list) and args[1] else None
+                what = f"{args[0].name}: " + (f"exec {cmd[0]}" if cmd else what)
+            raise EngineUnavailable(f"{what}: the Docker engine does not answer ({self.api.base_url}); "
+                                    f"was it stopped or restarted? ({e})") from e
+    return guarded
 
 
 class ExecTimeout(ProviderError, TimeoutError):
@@ -509,6 +532,7 @@ class DockerProvider(MachineProvider):
             raise ExecError(machine.name, cmd, res)
         return res
 
+    @engine_guarded
     def _exec_bytes(self, machine: Machine, cmd: list[str], input: bytes | str | None = None,
                     timeout: float | None = None, env: Mapping[str, str] | None = None) -> tuple[int, bytes, bytes]:
         if isinstance(input, str):
@@ -519,7 +543,7 @@ class DockerProvider(MachineProvider):
         except derr.NotFound as e:
             raise ProviderError(f"{machine.name}: no such machine") from e
         except derr.APIError as e:
-            raise ProviderError(f"{machine.name}: exec {cmd[0]}: {e.explanation or e}") from e
+            raise ProviderError(f"{machine.name}: exec {cmd[0]}: {e.explanation or e}{self._why_stopped(machine)}") from e
         out, err, timed_out = self._exec_stream(ex["Id"], input, timeout)
         if timed_out:
             self._kill_exec(ex["Id"])
@@ -625,6 +649,32 @@ class DockerProvider(MachineProvider):
                 os.kill(int(pid), signal.SIGKILL)
         except Exception as e:  # best effort
             log.debug(f"could not kill exec {exec_id[:12]}: {e}")
+
+    def engine_started(self) -> float | None:
+        """When the local Docker engine's process started (epoch seconds), or None."""
+        if not self._local_engine():
+            return None
+        try:
+            pid = int(Path("/var/run/docker.pid").read_text().strip())
+            return psutil.Process(pid).create_time()
+        except (OSError, ValueError, psutil.Error):
+            return None
+
+    def _why_stopped(self, machine: Machine) -> str:
+        """For an error on a machine: that it is not running, since when, and whether
+        the Docker engine restarted after it started (which stops every machine)."""
+        try:
+            st = self.api.inspect_container(machine.name)["State"]
+        except (derr.APIError, requests.exceptions.RequestException):
+            return ""
+        if st.get("Running"):
+            return ""
+        why = f" (machine {st.get('Status')}, exit code {st.get('ExitCode')}, finished {st.get('FinishedAt', '?')[:19]})"
+        started, engine = _epoch(st.get("StartedAt")), self.engine_started()
+        if started and engine and engine > started:
+            why += (f"; the Docker engine restarted at {time.strftime('%H:%M:%S', time.localtime(engine))}, after "
+                    f"the machine started: a restart stops every machine, the cluster is gone")
+        return why
 
     def _local_engine(self) -> bool:
         return self.api.base_url.startswith("http+docker://localhost")
@@ -855,6 +905,7 @@ class DockerProvider(MachineProvider):
         return written
 
     # --------------------------------------------------------------- cleanup
+    @engine_guarded
     def list_owned(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         filters = {"label": [L_CLUSTER] + [f"{k}={v}" for k, v in selector.items()]}
         objs: list[dict[str, Any]] = []
@@ -867,6 +918,7 @@ class DockerProvider(MachineProvider):
             objs.append({"kind": "network", "name": n["Name"], "id": n["Id"], "labels": n.get("Labels") or {}})
         return objs
 
+    @engine_guarded
     def delete_owned(self, selector: Mapping[str, str]) -> list[str]:
         deleted: list[str] = []
         objs = self.list_owned(selector)
@@ -1036,6 +1088,17 @@ def haproxy_config(backends: Sequence[tuple[str, str]], port: int = API_PORT) ->
     for name, addr in backends:
         lines.append(f"  server {name} {addr}:{port} check")
     return "\n".join(lines) + "\n"
+
+
+def _epoch(docker_time: str | None) -> float | None:
+    """Docker's RFC 3339 time (nanoseconds, Z) as epoch seconds."""
+    if not docker_time or docker_time.startswith("0001-"):
+        return None
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(docker_time[:26].rstrip("Z").split(".")[0] + "+00:00").timestamp()
+    except ValueError:
+        return None
 
 
 def _dec(b: bytes | str | None) -> str:

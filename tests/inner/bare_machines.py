@@ -1,7 +1,8 @@
 """Run by tests/test_teardown.py in a child pytest: uses the `machines` fixture,
 then behaves as INNER_MODE says (pass, fail, sleep for Ctrl-C, kill the worker,
 record which machines each xdist worker got, leak a labelled object, pin a
-machine's volume with a container of its own so that teardown fails)."""
+machine's volume with a container of its own so that teardown fails, exec
+into a machine until the Docker engine goes away)."""
 import os
 import signal
 import time
@@ -30,6 +31,11 @@ def test_inner(machines, i):
         time.sleep(300)
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "engine":  # the outer test restarts the Docker engine meanwhile
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            machines.exec(ms[0], ["true"])
+            time.sleep(0.2)
     if mode in ("leak", "pin"):
         import docker
         from providers.base import L_CLUSTER

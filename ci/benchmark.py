@@ -199,7 +199,7 @@ def main() -> int:
     kind = None
     if not a.no_kind:
         from harness.build.kind import build_kind
-        kind = build_kind() / "bin" / "kind"
+        kind = build_kind() / "kind"
     tools = ["harness"] + (["kind"] if kind else [])
     for n in a.nodes or [1, 3]:
         rounds: dict[str, list] = {t: [] for t in tools}

@@ -1,5 +1,6 @@
 """kube-harness: provision, list, delete and reap clusters outside pytest.
 
+  kube-harness build --version v1.37.2 --node-image  # build (or find cached) artifacts: kube, images, e2e, capi, kind
   kube-harness up -c configs/default.yaml [--keep]   # provision (kept: it is yours)
   kube-harness down NAME [-n NAMESPACE]              # delete a cluster
   kube-harness list                                  # clusters and machines
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kube-harness", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", add_help=False, help="build the artifacts (python -m harness.build; --help for its "
+                                                "options)")
     up = sub.add_parser("up", help="provision a cluster from a spec and keep it")
     up.add_argument("-c", "--cluster-config", default="configs/default.yaml")
     up.add_argument("--bootstrap", choices=("kubeadm", "none"), default="kubeadm")
@@ -88,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--kubeconfig", help="any cluster whose nodes the harness reaches (their providerID)")
     li.add_argument("-n", "--namespace", default="default")
     li.add_argument("--provider", default="docker")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build"]:  # the build layer's own command line
+        from .build.__main__ import main as build_main
+        return build_main(argv[1:], prog="kube-harness build")
     a = p.parse_args(argv)
     if a.cmd == "schema":
         print(json.dumps(schema.json_schema(), indent=2))

@@ -11,8 +11,8 @@ from . import images, kube
 from .cache import BuildError
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.build", description=__doc__)
+def main(argv: list[str] | None = None, prog: str = "python -m harness.build") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__)
     ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
     ap.add_argument("--e2e", action="store_true",
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"image: {tag} ({provider})")
         if a.kind:
             from .kind import build_kind
-            print(f"kind: {build_kind() / 'kind'}")
+            print(f"kind: {build_kind() / 'kind'}")  # build_kind returns the bin directory
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 1

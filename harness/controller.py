@@ -129,8 +129,8 @@ class MachineController:
             who = (f"run {labels.get(L_RUN, '?')} (pid {labels.get(L_OWNER_PID, '?')} on "
                    f"{labels.get(L_OWNER_HOST, '?')}{', kept' if labels.get(L_KEEP) == 'true' else ''})")
             raise ClusterInUse(f"cluster {spec.namespace}/{spec.name} already exists, made by {who}; use "
-                                 f"--reuse-cluster to share it, another name, or `kube-harness down {spec.name} "
-                                 f"-n {spec.namespace}`")
+                               f"--reuse-cluster to share it, another name, or `kube-harness down {spec.name} "
+                               f"-n {spec.namespace}`")
 
     def _claim(self, spec: ClusterSpec) -> None:
         """Check and make the cluster's infrastructure under a host-wide lock, so that of

@@ -100,7 +100,12 @@ def _networks(api: client.ApiClient, core: client.CoreV1Api, nodes: list) -> tup
     except client.ApiException as e:
         if e.status not in (403, 404):
             raise
-    cidrs = client.CustomObjectsApi(api).list_cluster_custom_object("networking.k8s.io", "v1", "servicecidrs")
+    try:  # the ServiceCIDR API (Kubernetes 1.33+)
+        cidrs = client.CustomObjectsApi(api).list_cluster_custom_object("networking.k8s.io", "v1", "servicecidrs")
+    except client.ApiException as e:
+        if e.status not in (403, 404):
+            raise
+        cidrs = {"items": []}
     services = next((c for sc in cidrs["items"] for c in sc["spec"].get("cidrs", []) if ":" not in c), "")
     node_cidrs = [ipaddress.ip_network(n.spec.pod_cidr) for n in nodes if n.spec.pod_cidr and ":" not in n.spec.pod_cidr]
     pods = str(node_cidrs[0].supernet(new_prefix=16)) if node_cidrs else ""

@@ -215,7 +215,8 @@ class KubeadmBootstrapper:
         for c in kc.get("clusters") or []:
             c["cluster"]["server"] = f"https://{h}:{port}"
         cluster.write_kubeconfig(yaml.safe_dump(kc, sort_keys=False))  # old clients pointed elsewhere
-        log.info(f"kubeconfig {cluster.kubeconfig_path} -> https://{h}:{port}", extra={"cluster": cluster.name, "phase": "kubeconfig"})
+        log.info(f"kubeconfig {cluster.kubeconfig_path} -> https://{h}:{port}",
+                 extra={"cluster": cluster.name, "phase": "kubeconfig"})
 
     # ------------------------------------------------------------- join
     def join(self, cluster: Cluster, machines: list[Machine]) -> None:

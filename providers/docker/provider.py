@@ -673,7 +673,7 @@ class DockerProvider(MachineProvider):
         started, engine = _epoch(st.get("StartedAt")), self.engine_started()
         if started and engine and engine > started:
             why += (f"; the Docker engine restarted at {time.strftime('%H:%M:%S', time.localtime(engine))}, after "
-                    f"the machine started: a restart stops every machine, the cluster is gone")
+                    f"the machine started: a restart stops every machine of every cluster")
         return why
 
     def _local_engine(self) -> bool:

@@ -47,18 +47,55 @@ def digest(*parts: object) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    key = f"{path}\0{size}\0{mtime_ns}"
+    known = _digests().get(key)
+    if known:
+        return known
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+    _remember(key, h.hexdigest())
     return h.hexdigest()
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's content (memoized per path, size and mtime): images
-    built from the same binaries, wherever they came from, are cache hits."""
+    """sha256 of a file's content, memoized per path, size and mtime (in the
+    process and in the cache dir, so a cached build does not hash its binaries
+    again): images built from the same binaries, wherever they came from, are
+    cache hits."""
     st = path.stat()
     return _file_digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+def _digests_file() -> Path:
+    return cache_dir() / "file-digests.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _digests() -> dict[str, str]:
+    try:
+        return dict(json.loads(_digests_file().read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def _remember(key: str, value: str) -> None:
+    """Add one digest to the file (atomic replace; a lost concurrent update only costs a rehash)."""
+    path = _digests_file()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    with _DIGESTS_LOCK:
+        known = _digests()
+        known[key] = value
+        text = json.dumps(known)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+_DIGESTS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager

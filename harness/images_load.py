@@ -25,7 +25,7 @@ from providers.base import Machine
 log = logging.getLogger("harness.images")
 
 CTR_NAMESPACE = "k8s.io"
-_SNAPSHOTTER_CMD = ("sed -n -E 's/^[[:space:]]*snapshotter[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\\1/p' "
+_SNAPSHOTTER_AND_ARCH_CMD = ("sed -n -E 's/^[[:space:]]*snapshotter[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\\1/p' "
                     "/etc/containerd/config.toml 2>/dev/null | head -1; uname -m")
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
@@ -121,7 +121,7 @@ def _save(tags: Sequence[str]) -> bytes:
 
 
 def _import(cluster, machine: Machine, archive: bytes, namespace: str, timeout: float) -> None:
-    *snap, machine_arch = cluster.provider.exec(machine, ["sh", "-c", _SNAPSHOTTER_CMD], check=False,
+    *snap, machine_arch = cluster.provider.exec(machine, ["sh", "-c", _SNAPSHOTTER_AND_ARCH_CMD], check=False,
                                                 timeout=60).stdout.split() or ["x86_64"]
     arch = _ARCH.get(machine_arch, machine_arch)
     cmd = ["ctr", "-n", namespace, "images", "import", "--platform", f"linux/{arch}"]

@@ -19,8 +19,8 @@ mode (direct, cluster-api, or existing for a cluster given by --kubeconfig,
 whose version is the API server's) and what suites add with :func:`record`
 (the conformance suite records its mode).
 
-The harness's pytest plugin registers it (:func:`register`), so every
-session that loads the harness writes it, wherever its test files are.
+The harness's pytest plugin writes it (:func:`write_session`), so every
+session that loads the harness does, wherever its test files are.
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ log = logging.getLogger("harness.metadata")
 
 ROOT = Path(__file__).resolve().parent.parent
 FILENAME = "metadata.json"
-PLUGIN_NAME = "kube-harness-metadata"
 _KEY = pytest.StashKey[dict]()
 
 
@@ -127,18 +126,10 @@ def session_values(config: pytest.Config) -> dict[str, str]:
     return values
 
 
-class _Plugin:
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        config = session.config
-        if hasattr(config, "workerinput"):  # xdist workers: the controller writes it
-            return
-        path = write(session_values(config))
-        log.info(f"wrote {path}", extra={"phase": "metadata", "event": "metadata"})
-
-
-def register(config: pytest.Config) -> None:
-    """Register the metadata plugin once per session (the harness plugin's pytest_configure)."""
-    if not config.pluginmanager.has_plugin(PLUGIN_NAME):
-        config.pluginmanager.register(_Plugin(), PLUGIN_NAME)
+def write_session(config: pytest.Config) -> Path:
+    """The session's metadata into $ARTIFACTS/metadata.json: the harness plugin
+    calls it at the end of the controller's session (never in an xdist worker)."""
+    path = write(session_values(config))
+    log.info(f"wrote {path}", extra={"phase": "metadata", "event": "metadata"})
+    return path
 

@@ -96,7 +96,6 @@ def _install_sigterm() -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     configure()
-    metadata.register(config)  # $ARTIFACTS/metadata.json at the session's end
     use_capture_manager(config.pluginmanager.getplugin("capturemanager"))
     if not _is_worker(config):
         _fail_on_bad_options(config)
@@ -222,7 +221,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The master deletes the shared clusters of this run (xdist), then looks for
-    anything of this run left behind: a failed teardown or a leftover fails the run."""
+    anything of this run left behind (a failed teardown or a leftover fails the
+    run) and writes $ARTIFACTS/metadata.json."""
     config = session.config
     if _is_worker(config):
         return
@@ -240,6 +240,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 reporter.write_line(p, red=True)
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    metadata.write_session(config)
 
 
 def _leftovers(config: pytest.Config) -> list[str]:

@@ -2,8 +2,6 @@
 session's kubeadm cluster.  See conftest.py for the options."""
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from harness import conformance
@@ -15,15 +13,12 @@ pytestmark = [pytest.mark.conformance, pytest.mark.cluster, pytest.mark.slow]
 def test_conformance(cluster, request):
     cfg = request.config
     mode = conformance.conformance_mode(cfg)
-    capman = cfg.pluginmanager.getplugin("capturemanager")
-    # progress goes to the real terminal while the suite runs (it takes long)
-    live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-    with live:
-        run = conformance.run_conformance(
-            cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
-            nodes=conformance.e2e_parallel(cfg), timeout=cfg.getoption("e2e_timeout"),
-            e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
-            extra_args=cfg.getoption("e2e_arg"))
+    # its progress lines reach the log as the suite runs (harness.progress writes them past pytest's capture)
+    run = conformance.run_conformance(
+        cluster, mode=mode, focus=cfg.getoption("conformance_focus"), skip=cfg.getoption("conformance_skip"),
+        nodes=conformance.e2e_parallel(cfg), timeout=cfg.getoption("e2e_timeout"),
+        e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
+        extra_args=cfg.getoption("e2e_arg"))
     request.node._kh_conformance_results = run.results
     cluster.timings.update({f"conformance:{k}": v for k, v in run.timings.items()})
     for k, v in run.timings.items():

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian machine: Docker engine, mmdebstrap, Go, the Python
-# package, then build (or take from cache) Kubernetes and the node image.
+# package, then build (or take from cache) Kubernetes, the node image and
+# e2e_kubeadm.test (the kubeadm suite runs it).
 # Idempotent: a second run only checks.
 #   bash ci/setup.sh        what the main job needs (Kubernetes, node image)
 #   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
@@ -45,7 +46,7 @@ fi
 if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
   version() { python3 -c "from harness import versions; print(versions.$1)"; }
   [ "${KUBE_HARNESS_UPGRADE_FROM:-}" = previous ] && KUBE_HARNESS_UPGRADE_FROM=$(version PREVIOUS_VERSION)
-  args=(--version "${KUBE_HARNESS_VERSION:-$(version DEFAULT_VERSION)}" --node-image)
+  args=(--version "${KUBE_HARNESS_VERSION:-$(version DEFAULT_VERSION)}" --node-image --e2e-kubeadm)
   [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && args+=(--e2e)
   [ "${KUBE_HARNESS_CAPI:-0}" = 1 ] && args+=(--capi)
   [ "${KUBE_HARNESS_KIND:-0}" = 1 ] && args+=(--kind)
@@ -57,7 +58,7 @@ if [ "${KUBE_HARNESS_SKIP_BUILD:-0}" != 1 ]; then
   fi
   if [ "${KUBE_HARNESS_CAPI:-0}" = 1 ]; then
     capi_version=$(python3 -c "from harness.spec import load; print(load('configs/capi.yaml').version)")
-    capi_args=(--version "$capi_version" --node-image)
+    capi_args=(--version "$capi_version" --node-image --e2e-kubeadm)
     [ "${KUBE_HARNESS_E2E:-0}" = 1 ] && capi_args+=(--e2e)
     log "building the Cluster API mode's version ${capi_version} (configs/capi.yaml)"
     python3 -m harness.build "${capi_args[@]}"

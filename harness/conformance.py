@@ -1,9 +1,7 @@
 """Run the upstream e2e conformance suite (e2e.test) against a cluster and
 turn its ginkgo JUnit report into results.
 
-* :func:`ensure_e2e` / :func:`ensure_ginkgo`: e2e.test and the ginkgo CLI
-  built from ``ci/kube-build`` (the same k8s.io/kubernetes module as the
-  cluster's binaries), cached by version and input hash.
+* e2e.test and the ginkgo CLI come from :mod:`harness.build.e2e`.
 * :func:`phases_for`: the runs a mode makes (``parallel``: non-[Serial]
   specs on N ginkgo nodes, then the [Serial] ones alone, as Kubernetes CI
   does; ``full``: everything in one serial run; ``certify``: that run
@@ -31,9 +29,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 log = logging.getLogger("harness.conformance")
-
-ROOT = Path(__file__).resolve().parent.parent
-KUBE_BUILD = ROOT / "ci" / "kube-build"
 
 CONFORMANCE_FOCUS = r"\[Conformance\]"
 SERIAL = r"\[Serial\]"
@@ -82,60 +77,6 @@ def smoke_focus(specs: Iterable[str] = SMOKE_SPECS) -> str:
 
 
 # ------------------------------------------------------------------ builds
-
-def _go_build(out: Path, args: list[str], what: str, cwd: Path) -> Path:
-    """``go <args> -o out`` in ``cwd`` unless ``out`` exists (cache entry)."""
-    from .build import cache, kube
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with cache.lock(f"conformance-{out.parent.name}"):
-        if out.exists():
-            return out
-        t0 = time.monotonic()
-        log.info(f"building {what} (cached in {out.parent})", extra={"phase": "build-e2e"})
-        tmp = out.with_name(out.name + ".tmp")
-        env = kube.go_env()
-        if cwd != KUBE_BUILD:  # a generated module for another version: let go add test deps
-            env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
-        cache.run(["go", args[0], "-o", str(tmp), *args[1:]], cwd=cwd, env=env, what=f"build {what}")
-        tmp.rename(out)
-        log.info(f"built {what} in {time.monotonic() - t0:.0f}s", extra={"phase": "build-e2e",
-                                                                         "elapsed": round(time.monotonic() - t0, 1)})
-    return out
-
-
-def e2e_path(version: str | None = None) -> Path:
-    """Where e2e.test for ``version`` is cached (built or not)."""
-    from .build import cache, kube
-    version = version or kube.default_version()
-    mod = kube.module_dir(version)
-    key = cache.digest("e2e-v1", version, mod / "go.mod", mod / "go.sum", kube.ldflags(version),
-                       kube.go_version())
-    return cache.cache_dir() / "e2e" / f"{version}-{key[:12]}" / "e2e.test"
-
-
-def ensure_e2e(version: str | None = None) -> Path:
-    """e2e.test of ``version``: ``go test -c -trimpath k8s.io/kubernetes/test/e2e``
-    in the same Go module as the Kubernetes binaries (harness.build.kube),
-    cached by version, module files, flags and Go version.
-    $KUBE_HARNESS_E2E_BINARY names a prebuilt one instead."""
-    from .build import kube
-    if os.environ.get("KUBE_HARNESS_E2E_BINARY"):
-        return Path(os.environ["KUBE_HARNESS_E2E_BINARY"])
-    version = version or kube.default_version()
-    out = e2e_path(version)
-    return _go_build(out, ["test", "-c", "-trimpath", "-ldflags", kube.ldflags(version),
-                           "k8s.io/kubernetes/test/e2e"], f"e2e.test {version}", kube.module_dir(version))
-
-
-def ensure_ginkgo() -> Path:
-    """The ginkgo CLI (parallel runs) at the version ci/kube-build requires."""
-    from .build import cache, kube
-    key = cache.digest("ginkgo-v1", KUBE_BUILD / "go.mod", KUBE_BUILD / "go.sum", kube.go_version())
-    out = cache.cache_dir() / "e2e" / f"ginkgo-{key[:12]}" / "ginkgo"
-    return _go_build(out, ["build", "-trimpath", "github.com/onsi/ginkgo/v2/ginkgo"], "ginkgo CLI", KUBE_BUILD)
-
 
 def ensure_kubectl(cluster) -> Path:
     """A kubectl for e2e's kubectl tests: $KUBECTL, the built one on PATH, or
@@ -320,9 +261,9 @@ def counts(results: Iterable[SpecResult]) -> dict[str, int]:
     return c
 
 
-def summary(results: Sequence[SpecResult]) -> str:
+def summary(results: Sequence[SpecResult], suite: str = "conformance") -> str:
     c = counts(results)
-    return f"conformance: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
+    return f"{suite}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
 
 
 def write_prow_junit(results: Sequence[SpecResult], path: Path, suite: str = "conformance",
@@ -473,7 +414,8 @@ class E2ERunner:
     def __init__(self, e2e: Path, kubeconfig: Path, out_dir: Path, *, repo_list: Path | None = None,
                  ginkgo: Path | None = None, kubectl: Path | None = None, provider: str = "skeleton",
                  extra_args: Sequence[str] = (), dry_run: bool = False, heartbeat: float = 60.0,
-                 env: dict | None = None):
+                 env: dict | None = None, suite: str = "conformance"):
+        self.suite = suite
         self.e2e, self.kubeconfig, self.out_dir = Path(e2e), Path(kubeconfig), Path(out_dir)
         self.repo_list, self.ginkgo, self.kubectl = repo_list, ginkgo, kubectl
         self.provider, self.extra_args, self.dry_run = provider, list(extra_args), dry_run
@@ -592,7 +534,7 @@ class E2ERunner:
         if res.not_run:
             log.warning(f"[{phase.name}] {res.not_run} of {tracker.total} selected specs did not run "
                         f"(suite timeout {phase.timeout} or interrupted)", extra={"phase": f"conformance-{phase.name}"})
-        log.info(f"[{phase.name}] {summary(res.results)} in {_fmt(secs)} (exit {rc})",
+        log.info(f"[{phase.name}] {summary(res.results, self.suite)} in {_fmt(secs)} (exit {rc})",
                  extra={"phase": f"conformance-{phase.name}", "event": "done", "elapsed": round(secs, 1)})
         return res
 
@@ -643,7 +585,7 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
     """Build what is missing (e2e.test, ginkgo, images), load the images into
     the nodes, run the mode's phases, write Prow JUnit and return results."""
     from . import registry
-    from .build import e2eimages
+    from .build import e2e as builds, e2eimages
     from .images_load import load_images
     from .progress import artifacts_dir
 
@@ -661,8 +603,8 @@ def run_conformance(cluster, *, mode: str = "parallel", focus: str | None = None
         certify.clear(out_dir / phases[0].name)
 
     t = time.monotonic()
-    e2e_bin = Path(e2e) if e2e else ensure_e2e(getattr(cluster.spec, "version", None))
-    ginkgo = ensure_ginkgo() if any(p.nodes > 1 or p.upstream for p in phases) else None
+    e2e_bin = Path(e2e) if e2e else builds.ensure_e2e(getattr(cluster.spec, "version", None))
+    ginkgo = builds.ensure_ginkgo() if any(p.nodes > 1 or p.upstream for p in phases) else None
     timings["build-e2e"] = round(time.monotonic() - t, 1)
 
     t = time.monotonic()
@@ -719,14 +661,14 @@ def _spec_nodeid(item, r: SpecResult) -> str:
     return f"{item.nodeid}::{r.name.replace('::', ':')}"
 
 
-def spec_reports(item, r: SpecResult) -> list:
+def spec_reports(item, r: SpecResult, suite: str = "conformance") -> list:
     """setup/call/teardown TestReports for one e2e spec, shaped like a real
     test's, so the terminal, -ra summary, junitxml and xdist all take them."""
     from _pytest.reports import TestReport
     nodeid = _spec_nodeid(item, r)
     path, lineno, _ = item.location
     loc = (path, lineno, r.name)
-    kw = {"conformance": 1, r.sig: 1, **{lb: 1 for lb in r.labels}}
+    kw = {suite: 1, r.sig: 1, **{lb: 1 for lb in r.labels}}
     props = [("e2e.state", r.state), ("e2e.phase", r.phase)]
     if r.location:
         props.append(("e2e.location", r.location))
@@ -748,7 +690,7 @@ def spec_reports(item, r: SpecResult) -> list:
     return [rep("setup", "passed"), call, rep("teardown", "passed")]
 
 
-def emit_spec_reports(item, results: Iterable[SpecResult]) -> int:
+def emit_spec_reports(item, results: Iterable[SpecResult], suite: str = "conformance") -> int:
     """Report every e2e spec as its own pytest test (after ``item`` ran)."""
     n = 0
     ihook = item.ihook
@@ -758,7 +700,7 @@ def emit_spec_reports(item, results: Iterable[SpecResult]) -> int:
     except AttributeError:
         pass
     for r in results:
-        reports = spec_reports(item, r)
+        reports = spec_reports(item, r, suite)
         nodeid, loc = reports[0].nodeid, reports[0].location
         ihook.pytest_runtest_logstart(nodeid=nodeid, location=loc)
         for rep in reports:

@@ -432,6 +432,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
+    """After an e2e suite's umbrella test ran, report each of its specs as a
+    pytest test (``item._kh_e2e_specs = (suite, results)``)."""
+    try:
+        return (yield)
+    finally:
+        suite, results = getattr(item, "_kh_e2e_specs", ("", ()))
+        if results:
+            from .conformance import emit_spec_reports
+            emit_spec_reports(item, results, suite)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     rep = yield
     if call.excinfo is not None and isinstance(call.excinfo.value, NoMachineAccess) \

@@ -20,6 +20,7 @@ import yaml
 
 from harness import __version__, certify
 from harness import conformance as c
+from harness.build import e2e as e2e_build
 from harness.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,10 +140,10 @@ def test_certify_command_is_the_go_runners(tmp_path):
 
 
 def _binaries() -> tuple[Path, Path]:
-    e2e = Path(os.environ["KUBE_HARNESS_E2E_BINARY"]) if os.environ.get("KUBE_HARNESS_E2E_BINARY") else c.e2e_path()
+    e2e = Path(os.environ["KUBE_HARNESS_E2E_BINARY"]) if os.environ.get("KUBE_HARNESS_E2E_BINARY") else e2e_build.test_binary_path()
     if not e2e.exists():
         pytest.skip("no e2e.test built (python -m harness.build --e2e)")
-    return e2e, c.ensure_ginkgo()  # the ginkgo CLI builds in under a minute when missing
+    return e2e, e2e_build.ensure_ginkgo()  # the ginkgo CLI builds in under a minute when missing
 
 
 def _conformance_list(version: str) -> set[str]:

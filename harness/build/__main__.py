@@ -1,4 +1,4 @@
-"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--capi] [--kind] [--release-dir DIR]"""
+"""python -m harness.build --version v1.37.2 [--node-image] [--e2e] [--e2e-kubeadm] [--capi] [--kind] [--release-dir DIR]"""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.build") -
     ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
     ap.add_argument("--e2e", action="store_true",
-                    help="also build e2e.test, ginkgo, the e2e test images and the registry that serves them")
+                    help="also build e2e.test, e2e_kubeadm.test, ginkgo, the e2e test images and the registry "
+                         "that serves them")
+    ap.add_argument("--e2e-kubeadm", action="store_true",
+                    help="also build e2e_kubeadm.test, kubeadm's own e2e suite (suites/kubeadm runs it)")
     ap.add_argument("--capi", action="store_true",
                     help="also build the upstream Cluster API managers, clusterctl, kustomize, the providers' "
                          "components and the managers' images (ci/capi-build)")
@@ -41,13 +44,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.build") -
             for t in images.build_component_images(version, kd):
                 print(f"image: {t}")
         if a.e2e:
-            from .. import conformance
-            from . import e2eimages
-            print(f"e2e.test: {conformance.ensure_e2e(version)}")
-            print(f"ginkgo: {conformance.ensure_ginkgo()}")
+            from . import e2e, e2eimages
+            print(f"e2e.test: {e2e.ensure_e2e(version)}")
+            print(f"ginkgo: {e2e.ensure_ginkgo()}")
             e2eimages.build_e2e_images(version)
             from .runtime import build_registry
             print(f"registry: {build_registry()}")  # serves the e2e images in the cluster
+        if a.e2e or a.e2e_kubeadm:
+            from .e2e import ensure_e2e_kubeadm
+            print(f"e2e_kubeadm.test: {ensure_e2e_kubeadm(version)}")
         if a.capi:
             from . import capi
             cd = capi.build_capi()

@@ -75,15 +75,3 @@ def pytest_configure(config: pytest.Config) -> None:
     metadata.record(config, "conformance-mode", conformance_mode(config))
     if mode == "certify" and os.environ.get(CERTIFY_SELFTEST_ENV):
         metadata.record(config, "conformance-certify-selftest", "true (NOT a certification)")
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    """After the umbrella test ran, report each e2e spec as a pytest test."""
-    try:
-        return (yield)
-    finally:
-        results = getattr(item, "_kh_conformance_results", None)
-        if results:
-            from harness.conformance import emit_spec_reports
-            emit_spec_reports(item, results)

@@ -19,7 +19,7 @@ def test_conformance(cluster, request):
         nodes=conformance.e2e_parallel(cfg), timeout=cfg.getoption("e2e_timeout"),
         e2e=cfg.getoption("e2e_binary"), dry_run=cfg.getoption("e2e_dry_run"),
         extra_args=cfg.getoption("e2e_arg"))
-    request.node._kh_conformance_results = run.results
+    request.node._kh_e2e_specs = ("conformance", run.results)  # the plugin reports each spec
     cluster.timings.update({f"conformance:{k}": v for k, v in run.timings.items()})
     for k, v in run.timings.items():
         request.node.user_properties.append((f"seconds.{k}", v))

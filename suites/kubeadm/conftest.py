@@ -1,7 +1,12 @@
-"""Fixtures of the kubeadm suite. The ``cluster`` fixture (a bootstrapped
-``harness.cluster.Cluster``) comes from the harness pytest plugin."""
+"""Options and fixtures of the kubeadm suite. The ``cluster`` fixture (a
+bootstrapped ``harness.cluster.Cluster``) comes from the harness pytest plugin.
+
+    python -m pytest suites/kubeadm                               # kubeadm's e2e suite + the harness's checks
+    python -m pytest suites/kubeadm --e2e-kubeadm-focus 'networking'   # a part of kubeadm's e2e suite
+"""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -10,7 +15,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("kubeadm", "kubeadm's own e2e suite (e2e_kubeadm.test)")
+    g.addoption("--e2e-kubeadm-focus", default=None,
+                help=r"ginkgo focus regex for e2e_kubeadm.test (default \[area-kubeadm\]: every spec)")
+    g.addoption("--e2e-kubeadm-skip", default=None, help="ginkgo skip regex for e2e_kubeadm.test")
+    g.addoption("--e2e-kubeadm-binary", default=os.environ.get("KUBE_HARNESS_E2E_KUBEADM_BINARY"),
+                help="use this e2e_kubeadm.test instead of building it")
 
 
 @pytest.fixture(scope="session")
@@ -54,19 +66,3 @@ def namespace(cluster):
             if e.status == 404:
                 return
         time.sleep(2)
-
-
-@pytest.fixture(scope="session")
-def subject_access(cluster):
-    """``subject_access(user=, groups=, namespace=, resource=, name=, verb=, group=) -> bool``."""
-    return lambda **kw: _subject_access(cluster, **kw)
-
-
-def _subject_access(cluster, *, user: str | None = None, groups: list[str] | None = None, namespace: str,
-                   resource: str, name: str, verb: str = "get", group: str = "") -> bool:
-    """SubjectAccessReview (as the kubeadm e2e ExpectSubjectHasAccessToResource)."""
-    sar = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=user, groups=groups,
-        resource_attributes=client.V1ResourceAttributes(namespace=namespace or None, resource=resource,
-                                                        name=name or None, verb=verb, group=group or None)))
-    return client.AuthorizationV1Api(cluster.api_client()).create_subject_access_review(sar).status.allowed

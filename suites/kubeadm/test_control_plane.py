@@ -10,24 +10,10 @@ import pytest
 
 pytestmark = [pytest.mark.cluster]
 
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CERTS = ("admin.conf", "apiserver", "apiserver-etcd-client", "apiserver-kubelet-client", "controller-manager.conf",
          "etcd-healthcheck-client", "etcd-peer", "etcd-server", "front-proxy-client", "scheduler.conf")
 CAS = ("ca", "etcd-ca", "front-proxy-ca")
-
-
-def test_control_plane_nodes_labelled_and_tainted(cluster, nodes):
-    cps = {m.name for m in cluster.control_planes}
-    labelled = {n.metadata.name for n in nodes if CONTROL_PLANE_LABEL in (n.metadata.labels or {})}
-    assert labelled == cps
-    for n in nodes:
-        taints = {(t.key, t.effect) for t in (n.spec.taints or [])}
-        if n.metadata.name in cps:
-            assert (CONTROL_PLANE_LABEL, "NoSchedule") in taints, n.metadata.name
-        else:
-            assert (CONTROL_PLANE_LABEL, "NoSchedule") not in taints, n.metadata.name
 
 
 def test_static_pod_manifests(cluster):

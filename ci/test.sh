@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The README's test command. Four pytest runs, each with its own Prow JUnit:
+# The README's test command. Five pytest runs, each with its own Prow JUnit:
 #   1. the harness's own tests (real Docker engine, bare machines, builds)
 #   2. the real-cluster suites sharing one session cluster (direct mode):
-#      kubeadm, the conformance smoke subset
+#      kubeadm (with kubeadm's own e2e_kubeadm suite), the conformance smoke subset
+#   2b. the same on a dual-stack cluster (configs/dualstack.yaml): IPv4 and IPv6
+#      pods, Services and routes, e2e_kubeadm's dual-stack spec
 #   3. lifecycle (scale, repair, faults, upgrade) on clusters of their own
 #   4. Cluster API mode: the same kubeadm, smoke and lifecycle (scale, replace)
 #      suites on clusters the real controllers make, and suites/capi, sharing
@@ -24,6 +26,7 @@ step() {
 }
 step harness tests "$@"
 step cluster suites/kubeadm suites/conformance --conformance-smoke "$@"
+step dualstack --cluster-config configs/dualstack.yaml suites/kubeadm suites/conformance --conformance-smoke "$@"
 step lifecycle suites/lifecycle "$@"
 step cluster_api --cluster-api --cluster-config configs/capi.yaml suites/kubeadm suites/conformance \
   --conformance-smoke suites/lifecycle/test_scale_repair.py suites/capi "$@"

@@ -139,7 +139,7 @@ class MachineController:
         locks.mkdir(parents=True, exist_ok=True)
         with FileLock(str(locks / f"cluster-{spec.namespace}-{spec.name}.lock"), timeout=300):
             self._refuse_existing(spec)
-            self.provider.ensure_infrastructure(spec.name, spec.namespace, self.owner)
+            self.provider.ensure_infrastructure(spec.name, spec.namespace, self.owner, spec.ip_families)
 
     def exists(self, spec: ClusterSpec) -> bool:
         return bool(self.provider.list_machines(spec.name, spec.namespace))

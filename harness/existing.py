@@ -95,8 +95,7 @@ def _networks(api: client.ApiClient, core: client.CoreV1Api, nodes: list) -> tup
         cm = core.read_namespaced_config_map("kubeadm-config", "kube-system")
         net = (yaml.safe_load(cm.data["ClusterConfiguration"]) or {}).get("networking") or {}
         if net.get("podSubnet") and net.get("serviceSubnet"):
-            return (net["podSubnet"].split(",")[0], net["serviceSubnet"].split(",")[0],
-                    net.get("dnsDomain") or "cluster.local")
+            return net["podSubnet"], net["serviceSubnet"], net.get("dnsDomain") or "cluster.local"
     except client.ApiException as e:
         if e.status not in (403, 404):
             raise

@@ -95,7 +95,8 @@ class ReachedMachines(MachineProvider):
     def delete_machine(self, machine: Machine) -> None:
         raise self._not_ours(f"delete machine {machine.name}")
 
-    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner) -> None:
+    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
+                              ip_families: Sequence[int] = (4,)) -> None:
         raise self._not_ours(f"infrastructure of {namespace}/{cluster}")
 
     def delete_infrastructure(self, cluster: str, namespace: str) -> None:

@@ -50,7 +50,7 @@ def serve(cluster, tags: Iterable[str], host: str) -> str:
     from .build.runtime import build_registry
     tags = [t for t in dict.fromkeys(tags) if t.startswith(host + "/")]
     m = cluster.control_planes[0]
-    endpoint = f"http://{m.ip}:{PORT}"
+    endpoint = f"http://[{m.ip}]:{PORT}" if ":" in m.ip else f"http://{m.ip}:{PORT}"
     with phase("registry", cluster=cluster.name, machine=m.name):
         _start(cluster, m, build_registry() / "bin" / "registry")
         for t in tags:

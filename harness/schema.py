@@ -13,7 +13,8 @@ import ipaddress
 import re
 from typing import Annotated, Any, Callable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema,
+                      field_validator, model_validator)
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
@@ -65,14 +66,28 @@ def _cidr(v: str) -> str | None:
     try:
         net = ipaddress.ip_network(v, strict=True)
     except ValueError:
-        return "an IPv4 network in CIDR form, e.g. 10.244.0.0/16"
-    if net.version != 4 or net.prefixlen > 24:
+        return "a network in CIDR form, e.g. 10.244.0.0/16 or fd00:10:244::/56"
+    if net.version == 4 and net.prefixlen > 24:
         return "an IPv4 network with a prefix of /24 or shorter"
     return None
 
 
-def _pod_cidr(v: str) -> str | None:
-    return None if ipaddress.ip_network(v).prefixlen <= 16 else "a /16 or larger network (each node gets a /24)"
+#: per IP family: (pods default, services default)
+NETWORK_DEFAULTS = {4: ("10.244.0.0/16", "10.96.0.0/16"), 6: ("fd00:10:244::/56", "fd00:10:96::/112")}
+IP_FAMILIES = {"ipv4": (4,), "ipv6": (6,), "dual": (4, 6)}
+
+
+def _pod_cidr(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str | None:
+    """Every node gets a /24 (IPv4) or a /64 (IPv6) of the pod network."""
+    if net.version == 4:
+        return None if net.prefixlen <= 16 else "an IPv4 network of /16 or larger (each node gets a /24)"
+    return None if net.prefixlen <= 60 else "an IPv6 network of /60 or larger (each node gets a /64)"
+
+
+def _service_cidr(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str | None:
+    if net.version == 6 and not 108 <= net.prefixlen <= 120:
+        return "an IPv6 network from /108 to /120 (the API server's limit for Service IPs)"
+    return None
 
 
 def _label_key(k: str) -> str | None:
@@ -104,8 +119,11 @@ def _md_replicas(n: int) -> str | None:
 _LABEL_NAME = LABEL_NAME_RE.pattern[1:-1]
 Name = Annotated[str, check(_name), hint(pattern=NAME_RE.pattern, maxLength=40)]
 Domain = Annotated[str, check(_domain), hint(pattern=DOMAIN_RE.pattern, maxLength=253)]
-Cidr = Annotated[str, check(_cidr), hint(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
-PodCidr = Annotated[Cidr, check(_pod_cidr)]
+CIDR_PATTERN = r"^[0-9a-fA-F:.]+/\d{1,3}$"
+#: one network, or a list of one per IP family; always a list once validated
+Cidrs = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v), WithJsonSchema({"oneOf": [
+    {"type": "string", "pattern": CIDR_PATTERN},
+    {"type": "array", "items": {"type": "string", "pattern": CIDR_PATTERN}, "minItems": 1, "maxItems": 2}]})]
 Version = Annotated[str, check(versions.problem), hint(
     pattern=rf"^v1\.({'|'.join(map(str, sorted(versions.RELEASES)))})\.\d+$",
     examples=[r.version for r in versions.RELEASES.values()])]
@@ -150,15 +168,46 @@ class Provider(Model):
 
 
 class ClusterNetwork(Model):
-    """The cluster's pod and service networks."""
-    pods: PodCidr = Field("10.244.0.0/16", description="Pod network (IPv4, /16 or larger: every node gets a /24).")
-    services: Cidr = Field("10.96.0.0/16", description="Service network (IPv4, must not overlap pods).")
+    """The cluster's IP family, pod and service networks."""
+    ip_family: Literal["ipv4", "ipv6", "dual"] = Field(
+        "ipv4", description="ipv4, ipv6 (single stack) or dual (IPv4 first, then IPv6).")
+    pods: Cidrs | None = Field(None, description=(
+        "Pod network, one per family (a list for dual, IPv4 first): IPv4 /16 or larger (each node gets a /24), "
+        "IPv6 /60 or larger (each node gets a /64). Default 10.244.0.0/16, fd00:10:244::/56."))
+    services: Cidrs | None = Field(None, description=(
+        "Service network, one per family (a list for dual, IPv4 first), not overlapping pods; IPv6 /108 to "
+        "/120. Default 10.96.0.0/16, fd00:10:96::/112."))
     service_domain: Domain = Field("cluster.local", description="DNS domain of Services.")
 
     @model_validator(mode="after")
-    def _disjoint(self) -> "ClusterNetwork":
-        if ipaddress.ip_network(self.pods).overlaps(ipaddress.ip_network(self.services)):
-            raise spec_error(f"a network that does not overlap pods {self.pods}", ".services", self.services)
+    def _families(self) -> "ClusterNetwork":
+        families = IP_FAMILIES[self.ip_family]
+        for key, default_index, rule in (("pods", 0, _pod_cidr), ("services", 1, _service_cidr)):
+            given = getattr(self, key)
+            if given is None:
+                setattr(self, key, [NETWORK_DEFAULTS[f][default_index] for f in families])
+                continue
+            nets = list(given)
+            shown = nets[0] if len(nets) == 1 else nets
+            for n in nets:
+                why = _cidr(n)
+                if why:
+                    raise spec_error(why, f".{key}", n)
+            got = tuple(ipaddress.ip_network(n).version for n in nets)
+            if got != families:
+                want = " and ".join(f"IPv{f}" for f in families)
+                order = ", IPv4 first" if len(families) > 1 else ""
+                raise spec_error(f"{'one network' if len(families) == 1 else 'two networks'}: {want}{order} "
+                                 f"(ipFamily {self.ip_family})", f".{key}", shown)
+            for n in nets:
+                why = rule(ipaddress.ip_network(n))
+                if why:
+                    raise spec_error(why, f".{key}", n)
+            setattr(self, key, nets)
+        for p in self.pods:
+            for sv in self.services:
+                if ipaddress.ip_network(p).overlaps(ipaddress.ip_network(sv)):
+                    raise spec_error(f"a network that does not overlap pods {p}", ".services", sv)
         return self
 
 

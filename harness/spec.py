@@ -58,14 +58,32 @@ class ClusterSpec:
     version: str
     provider: str
     provider_options: dict[str, Any]
-    pod_cidr: str
-    service_cidr: str
+    pod_cidr: str  # comma-separated, one network per IP family (as kubeadm's podSubnet)
+    service_cidr: str  # comma-separated, likewise
     service_domain: str
     control_plane: MachineDeploymentSpec
     workers: tuple[MachineDeploymentSpec, ...]
     kubeadm_patches: dict[str, Any]
     source: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def pod_cidrs(self) -> tuple[str, ...]:
+        return tuple(self.pod_cidr.split(","))
+
+    @property
+    def service_cidrs(self) -> tuple[str, ...]:
+        return tuple(self.service_cidr.split(","))
+
+    @property
+    def ip_families(self) -> tuple[int, ...]:
+        """4 and/or 6, primary first (from the pod networks)."""
+        return tuple(6 if ":" in c else 4 for c in self.pod_cidrs)
+
+    @property
+    def ip_family(self) -> str:
+        """ipv4, ipv6 or dual (spec.clusterNetwork.ipFamily)."""
+        return {(4,): "ipv4", (6,): "ipv6"}.get(self.ip_families, "dual")
 
     @property
     def minor(self) -> int:
@@ -113,7 +131,7 @@ def parse(doc: Any, source: str = "", providers: set[str] | None = None) -> Clus
     workers = tuple(MachineDeploymentSpec(f"{name}-{md.name}", "worker", md.replicas, dict(md.labels))
                     for md in topo.workers.machine_deployments)
     return ClusterSpec(name, m.metadata.namespace, topo.version, m.spec.provider.name, m.spec.provider.options,
-                       net.pods, net.services, net.service_domain, control, workers,
+                       ",".join(net.pods), ",".join(net.services), net.service_domain, control, workers,
                        m.spec.kubeadm.model_dump(by_alias=True, exclude_unset=True), source, copy.deepcopy(doc))
 
 
@@ -138,7 +156,8 @@ def _error(err: ErrorDetails, source: str) -> SpecError:
     elif kind == "value_error":
         allowed = str(ctx["error"])
     elif kind == "literal_error":
-        allowed = ctx["expected"].strip("'")
+        expected = ctx["expected"]
+        allowed = expected.strip("'") if expected.count("'") == 2 else f"one of {expected}"
     elif kind in _TYPES:
         allowed = f"a value of type {_TYPES[kind]}"
     else:

@@ -105,6 +105,10 @@ class Machine:
     def ip(self) -> str:
         return self.addresses[0] if self.addresses else ""
 
+    def address(self, family: int) -> str:
+        """The first address of IP family 4 or 6 ("" when it has none)."""
+        return next((a for a in self.addresses if (":" in a) == (family == 6)), "")
+
     def replace(self, **kw: Any) -> "Machine":
         return dataclasses.replace(self, **kw)
 
@@ -140,7 +144,10 @@ class MachineProvider(abc.ABC):
 
     # infrastructure shared by a cluster's machines (network, load balancer)
     @abc.abstractmethod
-    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner) -> None: ...
+    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
+                              ip_families: Sequence[int] = (4,)) -> None:
+        """Make what the cluster's machines share (network); ``ip_families``
+        (4 and/or 6) are the families its machines need addresses of."""
 
     @abc.abstractmethod
     def delete_infrastructure(self, cluster: str, namespace: str) -> None: ...

@@ -420,3 +420,31 @@ def test_cgroup_v1_fixups_without_cgroupns(provider, cluster):
     lines = r.stdout.split()
     assert lines[:2] == ["running", "active"], r
     assert "host-path-ok" in lines and "kubelet-roots-ok" in lines, r
+
+
+def test_dual_stack_network(provider, image, client):
+    """A cluster whose IP families include IPv6 gets an IPv6 subnet on its
+    network; its machines have an address of each family (IPv4 first) and
+    forward IPv6; an IPv4-only network is refused for such a cluster."""
+    c = Cluster(provider, image)
+    provider.ensure_infrastructure(c.name, c.namespace, c.owner, (4, 6))
+    try:
+        net = client.networks.get(network_name(c.name, c.namespace))
+        assert net.attrs["EnableIPv6"] is True
+        m = c.machine("w-1", wait=False)
+        v4, v6 = m.address(4), m.address(6)
+        assert v4 and ":" not in v4 and m.ip == v4
+        assert v6 and v6 in m.addresses
+        r = provider.exec(m, ["cat", "/proc/sys/net/ipv6/conf/all/forwarding",
+                              "/proc/sys/net/ipv6/conf/all/disable_ipv6"])
+        assert r.stdout.split() == ["1", "0"]
+    finally:
+        provider.delete_owned({L_CLUSTER: c.name, L_NAMESPACE: c.namespace})
+    assert leftovers(client, c.name) == []
+    v4_only = Cluster(provider, image)
+    provider.ensure_infrastructure(v4_only.name, v4_only.namespace, v4_only.owner)
+    try:
+        with pytest.raises(Exception, match="without IPv6"):
+            provider.ensure_infrastructure(v4_only.name, v4_only.namespace, v4_only.owner, (4, 6))
+    finally:
+        provider.delete_owned({L_CLUSTER: v4_only.name, L_NAMESPACE: v4_only.namespace})

@@ -14,7 +14,7 @@ from harness.kubeadm import cni
 IP_STUB = r"""#!/bin/bash
 # stub of iproute2: routes live in $STATE/routes ("dst via gw dev eth0" lines)
 R=$STATE/routes; touch "$R"; echo "ip $*" >>"$STATE/calls"
-[[ "$1" == "-4" ]] && shift
+[[ "$1" == "-4" || "$1" == "-6" ]] && shift
 case "$1 $2" in
   "route show")
     case "$3" in
@@ -27,15 +27,17 @@ case "$1 $2" in
   *) echo "unexpected ip $*" >&2; exit 2 ;;
 esac
 """
+# iptables / ip6tables: rules appended with -A are found by -C
 IPTABLES_STUB = r"""#!/bin/bash
-echo "iptables $*" >>"$STATE/calls"
+tool=$(basename "$0"); echo "$tool $*" >>"$STATE/calls"
+args=" $*"; rule="$tool ${args/ -[AC] / -X }"
 case " $* " in
-  *" -C "*) [[ -f "$STATE/jump" ]] ;;
-  *" -A "*) touch "$STATE/jump" ;;
+  *" -C "*) grep -qxF -- "$rule" "$STATE/rules" 2>/dev/null ;;
+  *" -A "*) echo "$rule" >>"$STATE/rules" ;;
 esac
 """
 RESTORE_STUB = r"""#!/bin/bash
-echo "iptables-restore $*" >>"$STATE/calls"; cat >>"$STATE/restore"
+tool=$(basename "$0"); echo "$tool $*" >>"$STATE/calls"; { echo "# $tool"; cat; } >>"$STATE/restore"
 """
 
 
@@ -45,7 +47,8 @@ def node(tmp_path):
         pytest.skip("needs bash and flock")
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for name, body in (("ip", IP_STUB), ("iptables", IPTABLES_STUB), ("iptables-restore", RESTORE_STUB)):
+    for name, body in (("ip", IP_STUB), ("iptables", IPTABLES_STUB), ("iptables-restore", RESTORE_STUB),
+                       ("ip6tables", IPTABLES_STUB), ("ip6tables-restore", RESTORE_STUB)):
         (bin_ / name).write_text(body)
         (bin_ / name).chmod(0o755)
     script = tmp_path / "kh-cni-sync"
@@ -61,9 +64,9 @@ def node(tmp_path):
         conflist = tmp_path / "net.d" / "10-kube-harness.conflist"
         ipam = tmp_path / "ipam"
 
-        def run(self, name, nodes, cidr="10.244.0.0/16"):
+        def run(self, name, nodes, cidr="10.244.0.0/16", services=""):
             (state / "calls").write_text("")
-            r = subprocess.run([str(script), name, cidr], input=cni.node_table(nodes), env=env,
+            r = subprocess.run([str(script), name, cidr, services], input=cni.node_table(nodes), env=env,
                                capture_output=True, text=True, timeout=30)
             assert r.returncode == 0, r.stderr
             return r.stdout
@@ -156,13 +159,47 @@ def test_agent_script_and_unit():
         r = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
     for script in (cni.SYNC_SCRIPT, cni.AGENT_SCRIPT):
-        assert "@" not in script.replace("@.type", "").replace("\"$@\"", ""), "unreplaced placeholder"
+        assert "@" not in script.replace("@.type", "").replace("\"$@\"", "").replace("{@}", ""), \
+            "unreplaced placeholder"
 
 
 def test_agent_table_parsing(tmp_path):
     """The agent turns kubectl's jsonpath output into kh-cni-sync's table."""
     import re
     awk = re.search(r"table=\$\((awk .*?)<<<", cni.AGENT_SCRIPT).group(1)
-    raw = "cp|10.244.0.0/24|172.18.0.2\nw1||172.18.0.3\nw2|10.244.2.0/24|\n"
+    raw = ("cp|10.244.0.0/24,|172.18.0.2,\nw1||172.18.0.3,\nw2|10.244.2.0/24,|\n"
+           "w3|10.244.3.0/24,fd00:10:244:3::/64,|172.18.0.5,fd00:1::5,\n")
     r = subprocess.run(["bash", "-c", f"{awk} <<<\"$0\"", raw.rstrip("\n")], capture_output=True, text=True)
-    assert r.stdout.splitlines() == ["cp 10.244.0.0/24 172.18.0.2", "w1 - 172.18.0.3", "w2 10.244.2.0/24 -"]
+    assert r.stdout.splitlines() == ["cp 10.244.0.0/24 172.18.0.2", "w1 - 172.18.0.3", "w2 10.244.2.0/24 -",
+                                     "w3 10.244.3.0/24,fd00:10:244:3::/64 172.18.0.5,fd00:1::5"]
+
+
+DUAL = [cni.NodeNet("cp", "10.244.0.0/24,fd00:10:244::/64", "172.18.0.2,fd00:1::2"),
+        cni.NodeNet("w1", "10.244.1.0/24,fd00:10:244:1::/64", "172.18.0.3,fd00:1::3"),
+        cni.NodeNet("w2", "10.244.2.0/24,fd00:10:244:2::/64", "172.18.0.4")]  # no IPv6 address yet
+
+
+def test_dual_stack_conflist_and_routes(node):
+    """Both families: one IPAM range and default route each, routes per family
+    via the other node's address of that family, masquerade and Service
+    rejects in iptables and ip6tables."""
+    cidrs, services = "10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/16,fd00:10:96::/112"
+    out = node.run("w1", DUAL, cidrs, services)
+    want = cni.conflist("10.244.1.0/24,fd00:10:244:1::/64", 1500)
+    want["plugins"][0]["ipam"]["dataDir"] = str(node.ipam)
+    assert json.loads(node.conflist.read_text()) == want
+    ipam = want["plugins"][0]["ipam"]
+    assert ipam["ranges"] == [[{"subnet": "10.244.1.0/24"}], [{"subnet": "fd00:10:244:1::/64"}]]
+    assert ipam["routes"] == [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]
+    assert node.routes() == ["", "10.244.0.0/24 via 172.18.0.2 dev eth0", "10.244.2.0/24 via 172.18.0.4 dev eth0",
+                             "fd00:10:244::/64 via fd00:1::2 dev eth0"]
+    assert "ip -6 route replace fd00:10:244::/64 via fd00:1::2" in node.calls()
+    assert cni.desired_routes("w1", DUAL) == [("10.244.0.0/24", "172.18.0.2"), ("10.244.2.0/24", "172.18.0.4"),
+                                              ("fd00:10:244::/64", "fd00:1::2")]
+    restore = node.restore()
+    assert "# ip6tables-restore" in restore and "-A KH-CNI-MASQ -d fd00:10:244::/56" in restore
+    for line in ("masquerade 10.244.0.0/16", "masquerade fd00:10:244::/56", "reject unserved 10.96.0.0/16 (FORWARD)",
+                 "reject unserved fd00:10:96::/112 (OUTPUT)"):
+        assert line in out
+    assert any(c.startswith("ip6tables -t nat -A POSTROUTING -s fd00:10:244::/56") for c in node.calls())
+    assert node.run("w1", DUAL, cidrs, services) == ""  # idempotent

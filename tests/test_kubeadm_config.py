@@ -243,3 +243,28 @@ def test_preflight_ignores_system_verification_only_on_cgroup_v1(caplog):
         for _ in range(3):
             preflight.warn_cgroup_v1("kh")
     assert [r.getMessage()[:15] for r in caplog.records] == ["cgroup v1 host:"]
+
+
+@pytest.mark.parametrize("family,node_ip,masks", [
+    ("dual", "172.18.0.2,fd00:1::2", {"node-cidr-mask-size-ipv4": "24", "node-cidr-mask-size-ipv6": "64"}),
+    ("ipv6", "fd00:1::2", {"node-cidr-mask-size": "64"}),
+])
+def test_ip_families(family, node_ip, masks):
+    """Dual-stack and IPv6: a node-ip of each family (primary first, the advertise address),
+    both networks in kubeadm's, kube-controller-manager's and kube-proxy's settings, and a
+    podCIDR size per family (kube-controller-manager refuses the plain flag on dual-stack)."""
+    s = spec(ipFamily=family, pods=None, services=None)
+    ips = tuple(node_ip.split(","))
+    node = kc.Node(CP.name, ips[0], True, {}, "", ips=ips)
+    d = docs(s, node=node)
+    init, cc = d["InitConfiguration"], d["ClusterConfiguration"]
+    assert args(init["nodeRegistration"]["kubeletExtraArgs"])["node-ip"] == node_ip
+    assert init["localAPIEndpoint"]["advertiseAddress"] == ips[0]
+    assert cc["networking"]["podSubnet"] == s.pod_cidr and cc["networking"]["serviceSubnet"] == s.service_cidr
+    cm = args(cc["controllerManager"]["extraArgs"])
+    assert cm["cluster-cidr"] == s.pod_cidr
+    assert {k: v for k, v in cm.items() if k.startswith("node-cidr-mask-size")} == masks
+    assert d["KubeProxyConfiguration"]["clusterCIDR"] == s.pod_cidr
+    join = kc.join_document(s, params(), kc.Node("w", ips[-1], ips=ips))
+    assert args(join["nodeRegistration"]["kubeletExtraArgs"])["node-ip"] == node_ip
+    assert kc.etcd_local_endpoint(s) == ("https://[::1]:2379" if family == "ipv6" else "https://127.0.0.1:2379")

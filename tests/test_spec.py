@@ -135,6 +135,7 @@ def test_bad_field_is_named(path, value, field, allowed):
     ("spec.topology.workers.machineDeployments[0].replicas", False,
      "spec.topology.workers.machineDeployments[0].replicas", "integer"),
     ("spec.clusterNetwork.pods", "fd00::/48", "spec.clusterNetwork.pods", "IPv4"),
+    ("spec.clusterNetwork.ipFamily", "ipv5", "spec.clusterNetwork.ipFamily", "one of 'ipv4', 'ipv6' or 'dual'"),
     ("spec.clusterNetwork.services", "10.244.128.0/20", "spec.clusterNetwork.services", "does not overlap"),
     ("spec.topology.version", "v1.30.0", "spec.topology.version", "a supported release: v1.35.x"),
     ("spec.kubeadm", {"etcdConfiguration": {}}, "spec.kubeadm.etcdConfiguration", "kubeProxyConfiguration"),
@@ -174,6 +175,37 @@ def test_all_errors_at_once(tmp_path):
     assert "did you mean 'pods'?" in lines[1] and "did you mean 'replicas'?" in lines[2]
     r = subprocess.run([sys.executable, "-m", "harness", "validate", "-c", str(f)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("error: ") == 3, r.stderr
+
+
+@pytest.mark.parametrize("network,field,allowed", [
+    ({"ipFamily": "dual", "pods": "10.244.0.0/16"}, "pods", "two networks: IPv4 and IPv6, IPv4 first (ipFamily dual)"),
+    ({"ipFamily": "dual", "pods": ["fd00:10:244::/56", "10.244.0.0/16"]}, "pods", "IPv4 first"),
+    ({"ipFamily": "dual", "services": ["10.96.0.0/16", "10.97.0.0/16"]}, "services", "IPv4 and IPv6"),
+    ({"ipFamily": "ipv6", "pods": "10.244.0.0/16"}, "pods", "one network: IPv6 (ipFamily ipv6)"),
+    ({"ipFamily": "ipv6", "pods": "fd00:10:244::/64"}, "pods", "IPv6 network of /60 or larger"),
+    ({"ipFamily": "ipv6", "services": "fd00:10:96::/64"}, "services", "from /108 to /120"),
+    ({"ipFamily": "dual", "services": ["10.96.0.0/16", "fd00:10:244::/112"]}, "services",
+     "does not overlap pods fd00:10:244::/56"),
+    ({"ipFamily": "dual", "pods": ["10.244.0.0/16", "fd00:10:244::/56", "10.1.0.0/16"]}, "pods", "two networks"),
+])
+def test_ip_family_combinations(network, field, allowed):
+    """Networks that do not match spec.clusterNetwork.ipFamily are refused, naming the field."""
+    doc = mutate("spec.clusterNetwork", network)
+    with pytest.raises(SpecError) as ei:
+        parse(doc, "net.yaml", PROVIDERS)
+    assert (ei.value.path, len(ei.value.errors)) == (f"spec.clusterNetwork.{field}", 1)
+    assert allowed in ei.value.allowed
+
+
+@pytest.mark.parametrize("network,pods,services", [
+    ({"ipFamily": "dual"}, "10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/16,fd00:10:96::/112"),
+    ({"ipFamily": "ipv6"}, "fd00:10:244::/56", "fd00:10:96::/112"),
+    ({"ipFamily": "ipv6", "pods": "fd00:1::/48", "services": ["fd00:2::/112"]}, "fd00:1::/48", "fd00:2::/112"),
+])
+def test_ip_family_defaults(network, pods, services):
+    s = parse(mutate("spec.clusterNetwork", network), "", PROVIDERS)
+    assert (s.pod_cidr, s.service_cidr, s.ip_family) == (pods, services, network["ipFamily"])
+    assert s.ip_families == ((4, 6) if network["ipFamily"] == "dual" else (6,))
 
 
 def test_defaults():

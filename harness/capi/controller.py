@@ -59,6 +59,10 @@ def check_spec(spec: ClusterSpec, supports: tuple[int, int] | None) -> None:
         errors.append(SpecError("spec.topology.workers.machineDeployments", [d.name for d in spec.workers],
                                 "at most one MachineDeployment in Cluster API mode (clusterctl generate cluster "
                                 "takes one worker count)", spec.source))
+    if spec.ip_family != "ipv4":
+        errors.append(SpecError("spec.clusterNetwork.ipFamily", spec.ip_family,
+                                "ipv4 in Cluster API mode for now (the harness's CNI is installed on IPv4 workload "
+                                "clusters; dual-stack and IPv6 clusters are made in direct mode)", spec.source))
     if supports and not supports[0] <= spec.minor <= supports[1]:
         errors.append(SpecError("spec.topology.version", spec.version,
                                 f"a Kubernetes version from v1.{supports[0]} to v1.{supports[1]}: the Cluster API "

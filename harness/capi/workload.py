@@ -92,7 +92,7 @@ def _cluster_network(docs: list[dict], name: str) -> tuple[str, str]:
     if not pods:
         raise WorkloadError(f"Cluster {name}: spec.clusterNetwork.pods.cidrBlocks is empty; the harness's CNI "
                             f"needs the pod network")
-    return pods[0], services[0] if services else ""
+    return ",".join(pods), ",".join(services)
 
 
 def _replicas(custom: client.CustomObjectsApi, name: str, namespace: str) -> tuple[str, bool]:
@@ -112,15 +112,15 @@ def _replicas(custom: client.CustomObjectsApi, name: str, namespace: str) -> tup
 
 
 def set_cluster_network(docs: list[dict], name: str, pods: str, services: str, domain: str) -> list[dict]:
-    """The Cluster's ``spec.clusterNetwork`` set to the harness spec's (one CIDR per
-    family list, as Cluster API writes them); templates differ in their defaults."""
+    """The Cluster's ``spec.clusterNetwork`` set to the harness spec's (comma-separated
+    CIDRs become the one-per-family lists Cluster API writes); templates differ in their defaults."""
     out = copy.deepcopy(docs)
     cl = next((d for d in out if d.get("kind") == "Cluster" and d["metadata"]["name"] == name), None)
     if cl is None:
         raise WorkloadError(f"the generated template has no Cluster named {name!r}")
     net = cl.setdefault("spec", {}).setdefault("clusterNetwork", {})
-    net["pods"] = {"cidrBlocks": [pods]}
-    net["services"] = {"cidrBlocks": [services]}
+    net["pods"] = {"cidrBlocks": pods.split(",")}
+    net["services"] = {"cidrBlocks": services.split(",")}
     net["serviceDomain"] = domain
     return out
 

@@ -184,8 +184,14 @@ class KubeadmBootstrapper:
     def _node(self, cluster: Cluster, m: Machine) -> kconfig.Node:
         md = cluster.deployments.get(m.deployment)
         labels = dict(md.labels) if md else {}
-        return kconfig.Node(name=m.name, ip=m.ip, control_plane=m.role == "control-plane", labels=labels,
-                            provider_id=f"kube-harness://{cluster.provider.name}/{cluster.namespace}/{m.name}")
+        ips = tuple(m.address(f) for f in cluster.spec.ip_families)
+        if not all(ips):
+            raise KubeadmError(f"machine {m.name} has addresses {list(m.addresses)}, none of IP family "
+                               f"IPv{cluster.spec.ip_families[ips.index('')]}, which spec.clusterNetwork.ipFamily "
+                               f"{cluster.spec.ip_family} needs (the provider's network must have it)")
+        return kconfig.Node(name=m.name, ip=ips[0], control_plane=m.role == "control-plane", labels=labels,
+                            provider_id=f"kube-harness://{cluster.provider.name}/{cluster.namespace}/{m.name}",
+                            ips=ips)
 
     def _cgroup_root(self, cluster: Cluster, m: Machine) -> str | None:
         """``/kubelet`` when the node runs in the host's cgroup namespace on
@@ -512,7 +518,8 @@ class KubeadmBootstrapper:
                         log.warning(f"kubeadm reset on {machine.name} failed: {e}", extra=extra)
             if others:
                 try:
-                    self._remove_etcd_member(cluster, others[0], machine.name, machine.ip)
+                    advertised = machine.address(cluster.spec.ip_families[0])
+                    self._remove_etcd_member(cluster, others[0], machine.name, advertised)
                 except Exception as e:
                     errors.append(e)
             if self._state(cluster).get("loadBalancer") and others:
@@ -544,7 +551,7 @@ class KubeadmBootstrapper:
         # some connections to the member being removed)
         base = ["--server=https://127.0.0.1:6443", "--request-timeout=30s", "-n", "kube-system", "exec",
                 f"etcd-{via.name}", "--", "etcdctl",
-                "--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+                f"--endpoints={kconfig.etcd_local_endpoint(cluster.spec)}", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
                 "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
                 "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key"]
         for attempt in range(6):
@@ -557,7 +564,7 @@ class KubeadmBootstrapper:
         for line in r.stdout.splitlines():
             f = [x.strip() for x in line.split(",")]
             # ID, status, name, peer URLs, client URLs, learner; a member that never started has no name
-            if len(f) >= 4 and (f[2] == name or (not f[2] and ip and f"//{ip}:" in f[3])):
+            if len(f) >= 4 and (f[2] == name or (not f[2] and ip and (f"//{ip}:" in f[3] or f"//[{ip}]:" in f[3]))):
                 log.info(f"removing etcd member {f[0]} ({name})", extra={"cluster": cluster.name,
                                                                          "phase": "etcd-member-remove"})
                 rr = cluster.kubectl(*base, "member", "remove", f[0], machine=via, check=False, timeout=60)

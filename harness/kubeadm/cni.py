@@ -62,15 +62,20 @@ AGENT_INTERVAL = 10
 @dataclass(frozen=True)
 class NodeNet:
     name: str
-    pod_cidr: str  # "" until kube-controller-manager assigned one
-    ip: str  # InternalIP
+    pod_cidr: str  # the Node's podCIDRs, comma-separated; "" until kube-controller-manager assigned them
+    ip: str  # its InternalIPs, comma-separated
 
     def line(self) -> str:
         return f"{self.name} {self.pod_cidr or '-'} {self.ip or '-'}"
 
 
-def conflist(pod_cidr: str, mtu: int = 1500) -> dict:
-    """The CNI network configuration list for a node's podCIDR."""
+def _family(address_or_cidr: str) -> int:
+    return 6 if ":" in address_or_cidr else 4
+
+
+def conflist(pod_cidrs: str, mtu: int = 1500) -> dict:
+    """The CNI network configuration list for a node's podCIDRs (comma-separated, one per family)."""
+    cidrs = pod_cidrs.split(",")
     return {
         "cniVersion": "0.4.0",
         "name": NETWORK_NAME,
@@ -82,8 +87,8 @@ def conflist(pod_cidr: str, mtu: int = 1500) -> dict:
                 "ipam": {
                     "type": "host-local",
                     "dataDir": IPAM_DIR,
-                    "ranges": [[{"subnet": pod_cidr}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "ranges": [[{"subnet": c}] for c in cidrs],
+                    "routes": [{"dst": "::/0" if _family(c) == 6 else "0.0.0.0/0"} for c in cidrs],
                 },
             },
             {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -96,19 +101,29 @@ def node_table(nodes: Iterable[NodeNet]) -> str:
 
 
 def desired_routes(self_name: str, nodes: Iterable[NodeNet]) -> list[tuple[str, str]]:
-    """``(podCIDR, via)`` for every other node that has both."""
-    return sorted((n.pod_cidr, n.ip) for n in nodes if n.name != self_name and n.pod_cidr and n.ip)
+    """``(podCIDR, via)`` for every other node's podCIDR that it has an address of the same family for."""
+    out = []
+    for n in nodes:
+        if n.name == self_name or not n.pod_cidr or not n.ip:
+            continue
+        for cidr in n.pod_cidr.split(","):
+            via = next((a for a in n.ip.split(",") if _family(a) == _family(cidr)), "")
+            if via:
+                out.append((cidr, via))
+    return sorted(out)
 
 
-# The node-side sync. Arguments: NODE_NAME CLUSTER_POD_CIDR [SERVICE_CIDR];
-# stdin: the node table. Prints what it changed. Exit 0 unless a command failed.
-# The conflist body is the same as conflist() (tests compare them).
+# The node-side sync. Arguments: NODE_NAME CLUSTER_POD_CIDRS [SERVICE_CIDRS]
+# (comma-separated, one per IP family); stdin: the node table. Prints what it
+# changed. Exit 0 unless a command failed. The conflist body is the same as
+# conflist() (tests compare them).
 SYNC_SCRIPT = r"""#!/bin/bash
 # kh-cni-sync: make this node's CNI config, pod routes and masquerade rules
-# match the node table on stdin ("name podCIDR internalIP" lines, "-" = none).
+# match the node table on stdin ("name podCIDRs internalIPs" lines, lists
+# comma-separated, "-" = none). IPv4, IPv6 or both.
 # Idempotent; written by kube-harness (harness/kubeadm/cni.py).
 set -o errexit -o nounset -o pipefail
-self=${1:?node name} cluster_cidr=${2:?cluster pod CIDR} service_cidr=${3:-}
+self=${1:?node name} cluster_cidrs=${2:?cluster pod CIDRs} service_cidrs=${3:-}
 conflist=${KH_CNI_CONFLIST:-@CONFLIST@}
 ipam_dir=${KH_CNI_IPAM_DIR:-@IPAM@}
 chain=@CHAIN@
@@ -118,10 +133,22 @@ table=$(cat)
 exec 9>"${KH_CNI_LOCK:-/run/kh-cni.lock}"
 flock -w 30 9
 
+family() { if [[ "$1" == *:* ]]; then echo 6; else echo 4; fi; }
+ipt() { local f=$1; shift; if [[ $f == 6 ]]; then ip6tables "$@"; else iptables "$@"; fi; }
+ipt_restore() { if [[ $1 == 6 ]]; then ip6tables-restore --noflush; else iptables-restore --noflush; fi; }
+route_dev() { ip -"$1" route show default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}'; }
+
 mine=$(awk -v n="$self" '$1 == n && $2 != "-" {print $2; exit}' <<<"$table")
 if [[ -n "$mine" ]]; then
-  dev=$(ip -4 route show default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}')
+  dev=$(route_dev 4)
+  [[ -n "$dev" ]] || dev=$(route_dev 6)
   mtu=$(cat "/sys/class/net/${dev:-eth0}/mtu" 2>/dev/null || echo 1500)
+  ranges="" defaults=""
+  for cidr in ${mine//,/ }; do
+    if [[ $(family "$cidr") == 6 ]]; then dst="::/0"; else dst="0.0.0.0/0"; fi
+    ranges+="${ranges:+, }[{\"subnet\": \"$cidr\"}]"
+    defaults+="${defaults:+, }{\"dst\": \"$dst\"}"
+  done
   want=$(cat <<EOF
 {
   "cniVersion": "0.4.0",
@@ -134,8 +161,8 @@ if [[ -n "$mine" ]]; then
       "ipam": {
         "type": "host-local",
         "dataDir": "$ipam_dir",
-        "ranges": [[{"subnet": "$mine"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
+        "ranges": [$ranges],
+        "routes": [$defaults]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -147,8 +174,8 @@ EOF
   if [[ "$have" != "$want" ]]; then
     mkdir -p "$(dirname "$conflist")"
     printf '%s\n' "$want" >"$conflist.tmp.$$"
-    if [[ -n "$have" && "$have" != *"\"subnet\": \"$mine\""* ]]; then
-      # the node got another podCIDR: addresses allocated from the old one are stale
+    if [[ -n "$have" && "$have" != *"\"ranges\": [$ranges]"* ]]; then
+      # the node got other podCIDRs: addresses allocated from the old ones are stale
       rm -rf "${ipam_dir:?}/@NETWORK@"
     fi
     mv "$conflist.tmp.$$" "$conflist"
@@ -156,28 +183,38 @@ EOF
   fi
 fi
 
-# routes to the other nodes' pod CIDRs
+# routes to the other nodes' pod CIDRs, via their address of the same family
 declare -A want_routes=()
-while read -r name cidr ip; do
-  [[ -z "$name" || "$name" == "$self" || "$cidr" == "-" || "$ip" == "-" ]] && continue
-  want_routes["$cidr"]=$ip
-  cur=$(ip -4 route show exact "$cidr" 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "via") {print $(i+1); exit}}')
-  if [[ "$cur" != "$ip" ]]; then
-    ip route replace "$cidr" via "$ip"
-    echo "route $cidr via $ip"
-  fi
+while read -r name cidrs ips; do
+  [[ -z "$name" || "$name" == "$self" || "$cidrs" == "-" || "$ips" == "-" ]] && continue
+  for cidr in ${cidrs//,/ }; do
+    f=$(family "$cidr") via=""
+    for a in ${ips//,/ }; do
+      if [[ $(family "$a") == "$f" ]]; then via=$a; break; fi
+    done
+    [[ -z "$via" ]] && continue
+    want_routes["$cidr"]=$via
+    cur=$(ip -"$f" route show exact "$cidr" 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "via") {print $(i+1); exit}}')
+    if [[ "$cur" != "$via" ]]; then
+      ip -"$f" route replace "$cidr" via "$via"
+      echo "route $cidr via $via"
+    fi
+  done
 done <<<"$table"
-# stale routes (a node that is gone or got another podCIDR)
-while read -r dst rest; do
-  [[ -z "$dst" || "$rest" != *" via "* && "$rest" != "via "* ]] && continue
-  if [[ -z "${want_routes[$dst]+x}" ]]; then
-    ip route del "$dst" || true
-    echo "route $dst removed"
-  fi
-done < <(ip -4 route show root "$cluster_cidr" 2>/dev/null || true)
 
-# masquerade pod traffic that leaves the pod network (atomic refill of our chain)
-rules=$(cat <<EOF
+for cluster_cidr in ${cluster_cidrs//,/ }; do
+  f=$(family "$cluster_cidr")
+  # stale routes (a node that is gone or got another podCIDR)
+  while read -r dst rest; do
+    [[ -z "$dst" || "$rest" != *" via "* && "$rest" != "via "* ]] && continue
+    if [[ -z "${want_routes[$dst]+x}" ]]; then
+      ip -"$f" route del "$dst" || true
+      echo "route $dst removed"
+    fi
+  done < <(ip -"$f" route show root "$cluster_cidr" 2>/dev/null || true)
+
+  # masquerade pod traffic that leaves the pod network (atomic refill of our chain)
+  rules=$(cat <<EOF
 *nat
 :$chain - [0:0]
 -A $chain -d $cluster_cidr -m comment --comment "kube-harness cni: pod to pod" -j RETURN
@@ -185,16 +222,18 @@ rules=$(cat <<EOF
 COMMIT
 EOF
 )
-iptables-restore --noflush <<<"$rules"
-if ! iptables -t nat -C POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain" 2>/dev/null; then
-  iptables -t nat -A POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain"
-  echo "masquerade $cluster_cidr"
-fi
+  ipt_restore "$f" <<<"$rules"
+  if ! ipt "$f" -t nat -C POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain" 2>/dev/null; then
+    ipt "$f" -t nat -A POSTROUTING -s "$cluster_cidr" -m comment --comment "kube-harness cni" -j "$chain"
+    echo "masquerade $cluster_cidr"
+  fi
+done
 
 # Service IPs never leave the cluster: what kube-proxy did not DNAT (a port
 # no Service has) is rejected here, not sent to the host's network, which
 # may answer it (filter runs after kube-proxy's nat rules).
-if [[ -n "$service_cidr" ]]; then
+for service_cidr in ${service_cidrs//,/ }; do
+  f=$(family "$service_cidr")
   rules=$(cat <<EOF
 *filter
 :$svc_chain - [0:0]
@@ -203,14 +242,14 @@ if [[ -n "$service_cidr" ]]; then
 COMMIT
 EOF
 )
-  iptables-restore --noflush <<<"$rules"
+  ipt_restore "$f" <<<"$rules"
   for hook in FORWARD OUTPUT; do
-    if ! iptables -C "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain" 2>/dev/null; then
-      iptables -A "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain"
+    if ! ipt "$f" -C "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain" 2>/dev/null; then
+      ipt "$f" -A "$hook" -d "$service_cidr" -m comment --comment "kube-harness cni" -j "$svc_chain"
       echo "reject unserved $service_cidr ($hook)"
     fi
   done
-fi
+done
 """.replace("@CONFLIST@", CONFLIST_PATH).replace("@IPAM@", IPAM_DIR).replace("@CHAIN@", MASQ_CHAIN) \
    .replace("@SVC_CHAIN@", SVC_CHAIN) \
    .replace("@NETWORK@", NETWORK_NAME)
@@ -231,11 +270,11 @@ api() {
   kubectl --server="$server" --token="$(cat @TOKEN@)" --certificate-authority=/etc/kubernetes/pki/ca.crt \
     --request-timeout=10s "$@"
 }
-jp='{range .items[*]}{.metadata.name}{"|"}{.spec.podCIDR}{"|"}{range .status.addresses[?(@.type=="InternalIP")]}{.address}{end}{"\n"}{end}'
+jp='{range .items[*]}{.metadata.name}{"|"}{range .spec.podCIDRs[*]}{@}{","}{end}{"|"}{range .status.addresses[?(@.type=="InternalIP")]}{.address}{","}{end}{"\n"}{end}'
 while :; do
   if raw=$(api get nodes -o jsonpath="$jp" 2>/dev/null); then
-    # empty fields become "-" for kh-cni-sync
-    table=$(awk -F'|' 'NF {printf "%s %s %s\n", $1, ($2 != "" ? $2 : "-"), ($3 != "" ? $3 : "-")}' <<<"$raw")
+    # lists lose their trailing comma; empty fields become "-" for kh-cni-sync
+    table=$(awk -F'|' 'NF {sub(/,$/, "", $2); sub(/,$/, "", $3); printf "%s %s %s\n", $1, ($2 != "" ? $2 : "-"), ($3 != "" ? $3 : "-")}' <<<"$raw")
     out=$(@SYNC@ "$NODE_NAME" "$CLUSTER_POD_CIDR" "${SERVICE_CIDR:-}" <<<"$table" 2>&1) || echo "kh-cni-sync failed: $out"
     [[ -n "$out" ]] && echo "$out"
   fi
@@ -271,8 +310,9 @@ def env_file(node_name: str, cluster_pod_cidr: str, service_cidr: str = "") -> s
 def node_networks(cluster: "Cluster") -> list[NodeNet]:
     out = []
     for n in cluster.core.list_node().items:
-        ip = next((a.address for a in (n.status.addresses or []) if a.type == "InternalIP"), "")
-        out.append(NodeNet(n.metadata.name, n.spec.pod_cidr or "", ip))
+        ips = ",".join(a.address for a in (n.status.addresses or []) if a.type == "InternalIP")
+        cidrs = ",".join(n.spec.pod_cidrs or ([n.spec.pod_cidr] if n.spec.pod_cidr else []))
+        out.append(NodeNet(n.metadata.name, cidrs, ips))
     return out
 
 

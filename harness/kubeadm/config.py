@@ -25,6 +25,7 @@ document (see :func:`merge`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
 import re
 import secrets
@@ -77,10 +78,11 @@ def new_certificate_key() -> str:
 class Node:
     """What the config needs to know about one machine."""
     name: str
-    ip: str
+    ip: str  # the primary family's address: the API server's advertise address
     control_plane: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     provider_id: str = ""
+    ips: tuple[str, ...] = ()  # one per IP family, primary first (dual-stack); default (ip,)
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def _patched(doc: dict[str, Any], spec: ClusterSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------- documents
 def _node_registration(node: Node, params: Params) -> dict[str, Any]:
-    args = {"node-ip": node.ip}
+    args = {"node-ip": ",".join(node.ips or (node.ip,))}
     if node.provider_id:
         args["provider-id"] = node.provider_id
     if node.labels:
@@ -230,6 +232,24 @@ def cert_sans(params: Params) -> list[str]:
     return sans
 
 
+def etcd_local_endpoint(spec: ClusterSpec) -> str:
+    """Where a control plane's stacked etcd answers locally: kubeadm binds
+    the loopback address of the cluster's primary IP family."""
+    return "https://[::1]:2379" if spec.ip_families[0] == 6 else "https://127.0.0.1:2379"
+
+
+#: the podCIDR size every node gets, per IP family
+NODE_CIDR_MASK = {4: 24, 6: 64}
+
+
+def node_cidr_mask_sizes(spec: ClusterSpec) -> dict[str, str]:
+    """kube-controller-manager's node CIDR size flags: one flag on a single
+    stack, one per family on dual-stack (where the plain flag is refused)."""
+    if len(spec.ip_families) == 1:
+        return {"node-cidr-mask-size": str(NODE_CIDR_MASK[spec.ip_families[0]])}
+    return {f"node-cidr-mask-size-ipv{f}": str(NODE_CIDR_MASK[f]) for f in spec.ip_families}
+
+
 def init_documents(spec: ClusterSpec, params: Params, node: Node) -> list[dict[str, Any]]:
     """The documents of ``kubeadm init --config`` for the first control plane."""
     init: dict[str, Any] = {
@@ -243,8 +263,7 @@ def init_documents(spec: ClusterSpec, params: Params, node: Node) -> list[dict[s
             "groups": [TOKEN_GROUP],
         }],
         "localAPIEndpoint": {"advertiseAddress": node.ip, "bindPort": API_PORT},
-        "nodeRegistration": _node_registration(Node(node.name, node.ip, True, node.labels, node.provider_id),
-                                               params),
+        "nodeRegistration": _node_registration(dataclasses.replace(node, control_plane=True), params),
     }
     if params.certificate_key:
         init["certificateKey"] = params.certificate_key
@@ -270,7 +289,7 @@ def init_documents(spec: ClusterSpec, params: Params, node: Node) -> list[dict[s
             "extraArgs": args_list({
                 "allocate-node-cidrs": "true",
                 "cluster-cidr": spec.pod_cidr,
-                "node-cidr-mask-size": "24",
+                **node_cidr_mask_sizes(spec),
                 "enable-hostpath-provisioner": "true",
             }),
         },

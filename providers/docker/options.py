@@ -48,6 +48,15 @@ def _subnet(v: Any) -> str | None:
         return "a network in CIDR form, e.g. 172.30.0.0/16"
 
 
+def _ipv6_subnet(v: Any) -> str | None:
+    try:
+        net = ipaddress.ip_network(str(v), strict=True)
+    except ValueError:
+        net = None
+    return None if net is not None and net.version == 6 and net.prefixlen <= 112 else \
+        "an IPv6 network in CIDR form, /112 or larger, e.g. fd00:172:18::/64"
+
+
 NETWORK_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
 
@@ -72,7 +81,7 @@ SCALARS: dict[str, Callable[[Any], str | None]] = {
     "cgroupns": _one_of("private", "host"),
     "privileged": _one_of("auto", True, False),
     "boot_timeout": _num(1), "stop_timeout": _num(0, integer=True), "wait": _bool,
-    "subnet": _subnet, "mtu": _num(576, 9216, integer=True),
+    "subnet": _subnet, "ipv6_subnet": _ipv6_subnet, "mtu": _num(576, 9216, integer=True),
     "memory": _memory, "cpus": _num(0.01), "env": _env, "networks": _networks,
 }
 MOUNT_KEYS = ["host_path", "hostPath", "container_path", "containerPath", "readonly", "readOnly", "propagation"]

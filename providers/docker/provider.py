@@ -32,6 +32,9 @@ Provider options (``spec.provider.options``; they also arrive as
     seconds ``stop_machine`` gives systemd to halt before SIGKILL (default 30).
 ``subnet`` / ``mtu``
     of the cluster network (default: Docker picks a free subnet; MTU 1500).
+``ipv6_subnet``
+    the cluster network's IPv6 subnet when the cluster's ipFamily is ipv6 or
+    dual (default: a ULA /64 derived from the network's name).
 ``extra_mounts``
     list of ``{"host_path", "container_path", "readonly": false,
     "propagation": "private|rslave|rshared"}`` (camelCase ``hostPath`` /
@@ -68,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import logging
@@ -126,6 +130,12 @@ class ExecTimeout(ProviderError, TimeoutError):
 
 def network_name(cluster: str, namespace: str) -> str:
     return f"kh-{namespace}-{cluster}"
+
+
+def ula_subnet(network: str) -> str:
+    """A unique local IPv6 /64 for a network, derived from its name."""
+    h = hashlib.sha256(network.encode()).hexdigest()
+    return f"fd{h[:2]}:{h[2:6]}:{h[6:10]}:{h[10:14]}::/64"
 
 
 def lb_name(cluster: str) -> str:
@@ -210,10 +220,14 @@ class DockerProvider(MachineProvider):
         nets = self._networks(network_name(cluster, namespace))
         return nets[0] if nets else None
 
-    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner) -> None:
-        self._ensure_network(cluster, namespace, owner)
+    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
+                              ip_families: Sequence[int] = (4,)) -> None:
+        net = self._ensure_network(cluster, namespace, owner, ipv6=6 in ip_families)
+        if 6 in ip_families and not net.get("EnableIPv6"):
+            raise ProviderError(f"network {net['Name']} exists without IPv6, which the cluster's IP family needs; "
+                                f"delete the cluster first (`kube-harness down {cluster} -n {namespace}`)")
 
-    def _ensure_network(self, cluster: str, namespace: str, owner: Owner) -> dict:
+    def _ensure_network(self, cluster: str, namespace: str, owner: Owner, ipv6: bool = False) -> dict:
         name = network_name(cluster, namespace)
         net = self._network(cluster, namespace)
         if net is not None:
@@ -224,12 +238,13 @@ class DockerProvider(MachineProvider):
                 return net
             opts = {"com.docker.network.bridge.enable_ip_masquerade": "true",
                     "com.docker.network.driver.mtu": str(self.options.get("mtu", 1500))}
-            ipam = None
-            if self.options.get("subnet"):
-                ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=self.options["subnet"])])
+            pools = [docker.types.IPAMPool(subnet=self.options["subnet"])] if self.options.get("subnet") else []
+            if ipv6:
+                pools.append(docker.types.IPAMPool(subnet=self.options.get("ipv6_subnet") or ula_subnet(name)))
+            ipam = docker.types.IPAMConfig(pool_configs=pools) if pools else None
             try:
                 self.api.create_network(name, driver="bridge", labels=owner_labels(cluster, namespace, owner),
-                                        options=opts, ipam=ipam, check_duplicate=True)
+                                        options=opts, ipam=ipam, check_duplicate=True, enable_ipv6=ipv6)
                 log.info(f"created network {name}", extra={"cluster": cluster, "phase": "infrastructure"})
             except derr.APIError as e:
                 if e.status_code != 409 and "already exists" not in str(e):
@@ -333,6 +348,8 @@ class DockerProvider(MachineProvider):
             host["mem_limit"] = opts["memory"]
         if opts.get("cpus"):
             host["nano_cpus"] = int(float(opts["cpus"]) * 1e9)
+        if net.get("EnableIPv6"):  # as kind: IPv6 on, and nodes route pod traffic
+            host["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.all.forwarding": "1"}
         priv, raw_host = self._privilege(opts)
         host.update(priv)
         container = dict(hostname=spec.name, labels=labels, tty=True, environment=env, stop_signal="SIGRTMIN+3")
@@ -496,7 +513,7 @@ class DockerProvider(MachineProvider):
         nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
         own = network_name(labels.get(L_CLUSTER, ""), labels.get(L_NAMESPACE, ""))
         order = sorted(nets, key=lambda n: (n != own, n))
-        addrs = tuple(nets[n]["IPAddress"] for n in order if nets[n].get("IPAddress"))
+        addrs = tuple(nets[n][key] for key in ("IPAddress", "GlobalIPv6Address") for n in order if nets[n].get(key))
         state = {"running": "running", "exited": "stopped", "created": "stopped", "dead": "stopped"}.get(status, status)
         return Machine(name=name, cluster=labels.get(L_CLUSTER, ""), namespace=labels.get(L_NAMESPACE, ""),
                        role=labels.get(L_ROLE, ""), deployment=labels.get(L_DEPLOYMENT, ""),

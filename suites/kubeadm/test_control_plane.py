@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from harness.kubeadm.config import etcd_local_endpoint
+
 
 pytestmark = [pytest.mark.cluster]
 
@@ -94,7 +96,7 @@ def test_etcd_members(cluster):
     """One stacked etcd member per control plane."""
     cp = cluster.control_planes[0]
     r = cluster.kubectl("-n", "kube-system", "exec", f"etcd-{cp.name}", "--", "etcdctl",
-                        "--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+                        f"--endpoints={etcd_local_endpoint(cluster.spec)}", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
                         "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
                         "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key", "member", "list", check=False)
     if not r.ok and ("executable file not found" in r.stderr or "no such file" in r.stderr.lower()):

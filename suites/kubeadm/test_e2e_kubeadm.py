@@ -40,6 +40,10 @@ def test_e2e_kubeadm(cluster, request):
         request.node.user_properties.append((f"seconds.{k}", v))
     ran = [r for r in run.results if r.node_type == "It"]
     assert ran, f"no e2e_kubeadm spec ran; see {run.phase.log_path}"
+    if cluster.spec.ip_family == "dual" and not cfg.getoption("e2e_kubeadm_focus"):
+        dual = [r for r in ran if "dual-stack" in r.name]
+        assert dual and all(r.outcome != "skipped" for r in dual), \
+            f"e2e_kubeadm's dual-stack specs must run on a dual-stack cluster: {[(r.name, r.outcome) for r in dual]}"
     if run.failed or run.phase.error:
         lines = [f"{run.summary()}{'; ' + run.phase.error if run.phase.error else ''}"]
         lines += [f"  - {r.name}: {r.message.splitlines()[0][:300] if r.message else r.state}" for r in run.failed]

@@ -2,7 +2,8 @@
 (one pod per node, control planes included) behind a ClusterIP Service; from
 each node's pod the Service resolves by its DNS name and answers, and every
 other pod answers on its pod IP (cross-node pod traffic through the CNI
-routes)."""
+routes). On IPv6 and dual-stack clusters this holds for every IP family:
+pods and the Service have an address of each, and each is reached."""
 from __future__ import annotations
 
 import time
@@ -43,7 +44,8 @@ def echo(cluster, namespace, busybox, nodes):
     cluster.apps.create_namespaced_daemon_set(namespace, _daemonset(busybox))
     cluster.core.create_namespaced_service(namespace, client.V1Service(
         metadata=client.V1ObjectMeta(name=APP),
-        spec=client.V1ServiceSpec(selector={"app": APP}, ports=[client.V1ServicePort(port=80, target_port=PORT)])))
+        spec=client.V1ServiceSpec(selector={"app": APP}, ip_family_policy="PreferDualStack",
+                                  ports=[client.V1ServicePort(port=80, target_port=PORT)])))
     want = {n.metadata.name for n in nodes}
     end = time.monotonic() + 180
     pods: list = []
@@ -69,17 +71,29 @@ def echo(cluster, namespace, busybox, nodes):
     return {p.spec.node_name: p for p in pods}
 
 
+def _url(ip: str, port: int) -> str:
+    return f"http://[{ip}]:{port}/" if ":" in ip else f"http://{ip}:{port}/"
+
+
+def _pod_ips(pod) -> list[str]:
+    return [a.ip for a in pod.status.pod_ips or []] or [pod.status.pod_ip]
+
+
 def _in_pod(cluster, namespace, pod, script: str, timeout: float = 60):
     return cluster.kubectl("-n", namespace, "exec", pod.metadata.name, "--", "sh", "-c", script,
                            check=False, timeout=timeout)
 
 
-def test_pod_on_every_node(echo, nodes):
-    assert set(echo) == {n.metadata.name for n in nodes}
-    cidrs = {n.metadata.name: n.spec.pod_cidr for n in nodes}
+def test_pod_on_every_node(cluster, echo, nodes):
+    """A pod on every node, with an address of each IP family from that node's podCIDR of the family."""
     import ipaddress
+    assert set(echo) == {n.metadata.name for n in nodes}
+    cidrs = {n.metadata.name: n.spec.pod_cidrs or [n.spec.pod_cidr] for n in nodes}
     for node, pod in echo.items():
-        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(cidrs[node]), (node, pod.status.pod_ip)
+        ips = _pod_ips(pod)
+        assert [ipaddress.ip_address(ip).version for ip in ips] == list(cluster.spec.ip_families), (node, ips)
+        for ip, cidr in zip(ips, cidrs[node]):
+            assert ipaddress.ip_address(ip) in ipaddress.ip_network(cidr), (node, ip, cidr)
 
 
 def test_service_by_dns_name_from_every_node(cluster, namespace, echo):
@@ -100,16 +114,34 @@ def test_service_by_dns_name_from_every_node(cluster, namespace, echo):
 
 
 def test_pod_to_pod_across_nodes(cluster, namespace, echo):
-    targets = {p.status.pod_ip: p.metadata.name for p in echo.values()}
+    """Every pod reaches every pod on each of its addresses (every IP family)."""
+    targets = {ip: p.metadata.name for p in echo.values() for ip in _pod_ips(p)}
     failures = {}
     for node, pod in sorted(echo.items()):
-        script = "; ".join(f"echo {ip}=$({WGET} http://{ip}:{PORT}/ || echo FAIL)" for ip in targets)
+        script = "; ".join(f"echo {ip}=$({WGET} {_url(ip, PORT)} || echo FAIL)" for ip in targets)
         r = _in_pod(cluster, namespace, pod, script)
         got = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
         bad = {ip: got.get(ip) for ip, name in targets.items() if got.get(ip) != name}
         if bad:
             failures[f"{node} ({pod.status.pod_ip})"] = bad
     assert not failures, f"pod-to-pod failures (source -> {{target: answer}}): {failures}"
+
+
+def test_service_ip_of_every_family(cluster, namespace, echo):
+    """The Service has a ClusterIP of each IP family, and each answers from every node's pod."""
+    import ipaddress
+    ips = cluster.core.read_namespaced_service(APP, namespace).spec.cluster_ips
+    assert [ipaddress.ip_address(ip).version for ip in ips] == list(cluster.spec.ip_families), ips
+    pod_names = {p.metadata.name for p in echo.values()}
+    failures = {}
+    for node, pod in sorted(echo.items()):
+        script = "; ".join(f"echo {ip}=$({WGET} {_url(ip, 80)} || echo FAIL)" for ip in ips)
+        r = _in_pod(cluster, namespace, pod, script)
+        got = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+        bad = {ip: got.get(ip) for ip in ips if got.get(ip) not in pod_names}
+        if bad:
+            failures[node] = bad
+    assert not failures, f"Service IP failures (source node -> {{ClusterIP: answer}}): {failures}"
 
 
 def test_kubernetes_api_from_pods(cluster, namespace, echo):
@@ -132,8 +164,8 @@ def test_unserved_service_port_is_refused(cluster, namespace, echo):
     svc = cluster.core.read_namespaced_service(APP, namespace).spec.cluster_ip
     failures = {}
     for node, pod in sorted(echo.items()):
-        r = _in_pod(cluster, namespace, pod, f"{WGET} http://{svc}:81/ && echo ANSWERED; "
-                                             f"{WGET} http://{svc}:80/ >/dev/null && echo SERVED")
+        r = _in_pod(cluster, namespace, pod, f"{WGET} {_url(svc, 81)} && echo ANSWERED; "
+                                             f"{WGET} {_url(svc, 80)} >/dev/null && echo SERVED")
         if "ANSWERED" in r.stdout or "SERVED" not in r.stdout:
             failures[node] = (r.stdout + r.stderr).strip()
     assert not failures, f"port 81 must be refused, port 80 served: {failures}"

@@ -25,10 +25,11 @@ def test_kubelet_and_proxy_versions(cluster, nodes):
 
 
 def test_node_addresses_and_provider_id(cluster, nodes):
-    ips = {m.name: m.ip for m in cluster.machines()}
+    """One InternalIP per IP family of the cluster, the machine's, primary first."""
+    ips = {m.name: [m.address(f) for f in cluster.spec.ip_families] for m in cluster.machines()}
     for n in nodes:
         internal = [a.address for a in n.status.addresses if a.type == "InternalIP"]
-        assert internal == [ips[n.metadata.name]], n.metadata.name
+        assert internal == ips[n.metadata.name], n.metadata.name
         assert n.spec.provider_id and n.metadata.name in n.spec.provider_id
 
 
@@ -54,18 +55,21 @@ def test_kube_proxy_on_every_node(cluster, nodes):
         assert p.spec.containers[0].image.endswith(f":{cluster.spec.version}")
 
 
-def test_cni_config_and_routes(cluster, nodes):
-    """Each node has the harness CNI config for its own podCIDR and a route
-    to every other node's podCIDR through that node."""
+def test_cni_config_and_routes(cluster):
+    """Each node has the harness CNI config for its own podCIDRs and a route
+    to every other node's podCIDR of each family through that node's address
+    of the same family."""
+    import json
+
     from harness.kubeadm import cni
-    table = {n.metadata.name: (n.spec.pod_cidr,
-                               next(a.address for a in n.status.addresses if a.type == "InternalIP"))
-             for n in nodes}
+    nets = {n.name: n for n in cni.node_networks(cluster)}
     for m in cluster.machines():
-        import json
         conf = json.loads(cluster.exec(m, ["cat", cni.CONFLIST_PATH]).stdout)
-        assert conf["plugins"][0]["ipam"]["ranges"] == [[{"subnet": table[m.name][0]}]]
-        routes = cluster.exec(m, ["ip", "-4", "route", "show", "root", cluster.spec.pod_cidr]).stdout
-        for other, (cidr, ip) in table.items():
-            if other != m.name:
-                assert f"{cidr} via {ip} " in routes + " ", f"{m.name}: no route {cidr} via {ip}:\n{routes}"
+        assert conf["plugins"][0]["ipam"]["ranges"] == [[{"subnet": c}] for c in nets[m.name].pod_cidr.split(",")]
+        want = cni.desired_routes(m.name, nets.values())
+        assert len(want) == (len(nets) - 1) * len(cluster.spec.ip_families)
+        for family, cluster_cidr in zip(cluster.spec.ip_families, cluster.spec.pod_cidrs):
+            routes = cluster.exec(m, ["ip", f"-{family}", "route", "show", "root", cluster_cidr]).stdout
+            for cidr, via in want:
+                if (":" in cidr) == (family == 6):
+                    assert f"{cidr} via {via} " in routes + " ", f"{m.name}: no route {cidr} via {via}:\n{routes}"

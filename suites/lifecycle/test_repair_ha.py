@@ -14,6 +14,7 @@ import uuid
 import pytest
 from kubernetes import client
 
+from harness.kubeadm.config import etcd_local_endpoint
 from harness.spec import load
 from harness.waits import nodes_state, until
 
@@ -32,7 +33,7 @@ def ha(lc_factory, cluster_spec):
 def etcd_members(cluster, via) -> list[tuple[str, str]]:
     """(name, status) of every etcd member, asked through ``via``'s etcd pod."""
     r = cluster.kubectl("-n", "kube-system", "exec", f"etcd-{via.name}", "--", "etcdctl",
-                        "--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+                        f"--endpoints={etcd_local_endpoint(cluster.spec)}", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
                         "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
                         "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key", "member", "list", timeout=60)
     return [(f[2].strip(), f[1].strip()) for f in (ln.split(",") for ln in r.stdout.splitlines()) if len(f) > 3]

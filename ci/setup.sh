@@ -6,7 +6,7 @@
 #   bash ci/setup.sh        what the main job needs (Kubernetes, node image)
 #   bash ci/setup.sh --all  also e2e.test for the conformance suite and the older
 #                           version the upgrade test starts from (what ci/test.sh runs), and the
-#                           upstream Cluster API controllers (ci/capi-build) with the version
+#                           upstream Cluster API controllers (harness/build/sources/capi-build) with the version
 #                           their workload clusters run (configs/capi.yaml), and kind (tests/test_kind_compat.py)
 # Env: KUBE_HARNESS_SKIP_BUILD=1 skips the build, KUBE_HARNESS_VERSION=vX.Y.Z (default:
 # harness/versions.py's), KUBE_HARNESS_E2E=1 builds e2e.test, KUBE_HARNESS_CAPI=1 the Cluster API
@@ -38,6 +38,8 @@ if ! command -v go >/dev/null; then
 fi
 
 if ! python3 -c "import harness.plugin, providers.docker" 2>/dev/null || [ pyproject.toml -nt .kube-harness-installed ]; then
+  # the distribution was called kube-e2e-harness before: one install of the harness, under its name
+  if python3 -m pip show -q kube-e2e-harness >/dev/null 2>&1; then python3 -m pip uninstall -q -y kube-e2e-harness; fi
   log "pip install -e .[test]"
   python3 -m pip install -q -e '.[test]'
   touch .kube-harness-installed

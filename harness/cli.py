@@ -28,6 +28,9 @@ from .controller import MachineController, NoBootstrap
 from .progress import configure, log
 from .spec import SpecError, load
 
+#: the packaged default spec (the checkout's configs/, or the installed package's)
+DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "default.yaml")
+
 
 def _provider(name: str, options: dict | None = None):
     if name not in registry.names():
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build", add_help=False, help="build the artifacts (python -m harness.build; --help for its "
                                                 "options)")
     up = sub.add_parser("up", help="provision a cluster from a spec and keep it")
-    up.add_argument("-c", "--cluster-config", default="configs/default.yaml")
+    up.add_argument("-c", "--cluster-config", default=DEFAULT_CONFIG)
     up.add_argument("--bootstrap", choices=("kubeadm", "none"), default="kubeadm")
     up.add_argument("--node-image", default=None)
     down = sub.add_parser("down", help="delete a cluster")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("reap", help="delete objects of dead runs")
     rp.add_argument("--provider", default="docker")
     lg = sub.add_parser("logs", help="export every machine's logs and a cluster dump")
-    lg.add_argument("-c", "--cluster-config", default="configs/default.yaml")
+    lg.add_argument("-c", "--cluster-config", default=DEFAULT_CONFIG)
     lg.add_argument("--name", default=None, help="cluster name (default: the spec's)")
     lg.add_argument("--dir", default=None, help="where (default $ARTIFACTS, else ./_artifacts)")
     va = sub.add_parser("validate", help="validate a spec")

@@ -27,8 +27,17 @@ from .progress import artifacts_dir, configure, log, use_capture_manager
 from .reached import NoMachineAccess
 from .spec import ClusterSpec, SpecError, load
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the checkout, or site-packages (configs/ is package data)
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
+MARKERS = (
+    "cluster: needs a real kubeadm cluster (slow; selected in CI with -m cluster)",
+    "docker: needs a real Docker engine",
+    "slow: takes minutes",
+    "conformance: runs the upstream e2e conformance binary",
+    "lifecycle: mutates the cluster (scale, repair, faults)",
+    "direct_mode: checks what the harness itself configures in direct mode (kubeadm settings, machines it makes); "
+    "in Cluster API mode the cluster template decides, and the test is skipped",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -95,6 +104,8 @@ def _install_sigterm() -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
     configure()
     use_capture_manager(config.pluginmanager.getplugin("capturemanager"))
     if not _is_worker(config):

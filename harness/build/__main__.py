@@ -13,7 +13,7 @@ from .cache import BuildError
 
 def main(argv: list[str] | None = None, prog: str = "python -m harness.build") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__)
-    ap.add_argument("--version", default=None, help="Kubernetes version (default: ci/kube-build's)")
+    ap.add_argument("--version", default=None, help="Kubernetes version (default: harness.versions.DEFAULT_VERSION)")
     ap.add_argument("--node-image", action="store_true", help="also build the node image (preloaded images)")
     ap.add_argument("--e2e", action="store_true",
                     help="also build e2e.test, e2e_kubeadm.test, ginkgo, the e2e test images and the registry "
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.build") -
                     help="also build e2e_kubeadm.test, kubeadm's own e2e suite (suites/kubeadm runs it)")
     ap.add_argument("--capi", action="store_true",
                     help="also build the upstream Cluster API managers, clusterctl, kustomize, the providers' "
-                         "components and the managers' images (ci/capi-build)")
+                         "components and the managers' images (the capi-build module)")
     ap.add_argument("--kind", action="store_true",
                     help="also build the kind CLI (sigs.k8s.io/kind, harness.build.kind), which runs the node image")
     ap.add_argument("--release-dir", default=None,

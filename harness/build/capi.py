@@ -1,6 +1,7 @@
 """The real upstream Cluster API controllers from the Go module proxy.
 
-``ci/capi-build`` is a Go module whose ``tool`` directives pin the core
+``capi-build`` (harness/build/sources/capi-build, run from its copy in the
+cache) is a Go module whose ``tool`` directives pin the core
 manager (sigs.k8s.io/cluster-api, the module root package), the kubeadm
 bootstrap and control-plane managers, clusterctl, CAPD (package
 test/infrastructure/docker of module sigs.k8s.io/cluster-api/test) and
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..progress import phase
-from .cache import ROOT, BuildError, cache_dir, digest, file_digest, is_complete, log, produce, run
+from .cache import BuildError, cache_dir, digest, file_digest, go_module, is_complete, log, produce, run, source
 from .images import binary_image
 from .kube import BUILD_DATE, go_env, go_version
 from .runtime import check_binary
 
-CAPI_BUILD = ROOT / "ci" / "capi-build"
+CAPI_BUILD = source("capi-build")  # read-only; go runs in go_module("capi-build")
 CORE_MODULE = "sigs.k8s.io/cluster-api"
 TEST_MODULE = "sigs.k8s.io/cluster-api/test"  # CAPD lives here
 KUSTOMIZE_MODULE = "sigs.k8s.io/kustomize/kustomize/v5"
@@ -66,7 +67,7 @@ VERSION_ARGS = {"clusterctl": (["version", "-o", "short"], "{}"), "kustomize": (
 
 
 def pinned_versions() -> dict[str, str]:
-    """module -> version that ci/capi-build/go.mod requires, for the modules built here."""
+    """module -> version that capi-build's go.mod requires, for the modules built here."""
     text = (CAPI_BUILD / "go.mod").read_text()
     out = {}
     for mod in (CORE_MODULE, TEST_MODULE, KUSTOMIZE_MODULE):
@@ -94,7 +95,7 @@ def module_dirs() -> dict[str, Path]:
     """module -> its directory in the Go module cache (downloaded if needed; read-only)."""
     out = {}
     for mod in (CORE_MODULE, TEST_MODULE):
-        d = json.loads(run(["go", "mod", "download", "-json", mod], cwd=CAPI_BUILD, env=go_env(),
+        d = json.loads(run(["go", "mod", "download", "-json", mod], cwd=go_module("capi-build"), env=go_env(),
                            what=f"go mod download {mod}")).get("Dir") or ""
         if not d or not Path(d).is_dir():
             raise BuildError(f"{mod}: module directory {d!r} not found")
@@ -124,7 +125,7 @@ def build_capi(force: bool = False) -> Path:
         with phase("build-capi", machine=core):
             for binary, pkg, mod in BINARIES:
                 run(["go", "build", "-trimpath", "-ldflags", ldflags(mod, versions[mod]), "-o", str(bindir / binary),
-                     pkg], cwd=CAPI_BUILD, env=go_env(), what=f"go build {binary} {versions[mod]}")
+                     pkg], cwd=go_module("capi-build"), env=go_env(), what=f"go build {binary} {versions[mod]}")
                 # static, and reports its version (managers have no --version: they log it first thing,
                 # then fail on the missing kubeconfig)
                 args, expect = VERSION_ARGS.get(binary, (["--kubeconfig=/nonexistent"], "Version: {} ("))

@@ -1,7 +1,7 @@
 """etcd, CoreDNS and pause binaries at the versions kubeadm asks for.
 
-etcd and CoreDNS come from their own Go modules (ci/etcd-build,
-ci/coredns-build) at their pinned versions; another version gets a module
+etcd and CoreDNS come from their own Go modules (harness/build/sources/etcd-build,
+coredns-build) at their pinned versions; another version gets a module
 generated into the cache. pause is Kubernetes' own build/pause/linux/pause.c
 from the k8s.io/kubernetes module, compiled static.
 """
@@ -13,13 +13,13 @@ import subprocess
 from pathlib import Path
 
 from ..progress import phase
-from .cache import ROOT, BuildError, cache_dir, digest, is_complete, lock, log, mark_complete, produce, run
+from .cache import BuildError, cache_dir, digest, go_module, is_complete, lock, log, mark_complete, produce, run, source
 from .kube import go_env, go_version
 
 MODULES = {
-    "etcd": {"dir": ROOT / "ci" / "etcd-build", "modules": ["go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3"],
+    "etcd": {"dir": "etcd-build", "modules": ["go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3"],
              "bins": {"etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3"}},
-    "coredns": {"dir": ROOT / "ci" / "coredns-build", "modules": ["github.com/coredns/coredns"],
+    "coredns": {"dir": "coredns-build", "modules": ["github.com/coredns/coredns"],
                 "bins": {"coredns": "github.com/coredns/coredns"}},
 }
 
@@ -27,16 +27,16 @@ MODULES = {
 def pinned_version(name: str) -> str:
     spec = MODULES[name]
     m = re.search(rf"^\s*(?:require\s+)?{re.escape(spec['modules'][0])} (v\S+)",
-                  (spec["dir"] / "go.mod").read_text(), re.M)
+                  (source(spec["dir"]) / "go.mod").read_text(), re.M)
     if not m:
-        raise BuildError(f"{spec['dir']}/go.mod does not pin {spec['modules'][0]}")
+        raise BuildError(f"{source(spec['dir'])}/go.mod does not pin {spec['modules'][0]}")
     return m.group(1)
 
 
 def _module(name: str, version: str) -> Path:
     spec = MODULES[name]
     if version == pinned_version(name):
-        return spec["dir"]
+        return go_module(spec["dir"])
     d = cache_dir() / f"{name}-src" / version
     if is_complete(d):
         return d

@@ -24,7 +24,7 @@ SUITES = {
 }
 
 
-def _go_build(out: Path, args: list[str], what: str, cwd: Path) -> Path:
+def _go_build(out: Path, args: list[str], what: str, cwd: Path, generated: bool = False) -> Path:
     """``go <args> -o out`` in ``cwd`` unless ``out`` exists (cache entry)."""
     if out.exists():
         return out
@@ -36,7 +36,7 @@ def _go_build(out: Path, args: list[str], what: str, cwd: Path) -> Path:
         log.info(f"building {what} (cached in {out.parent})", extra={"phase": "build-e2e"})
         tmp = out.with_name(out.name + ".tmp")
         env = kube.go_env()
-        if cwd != kube.KUBE_BUILD:  # a generated module for another version: let go add test deps
+        if generated:  # a generated module for another version: let go add test deps
             env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
         cache.run(["go", args[0], "-o", str(tmp), *args[1:]], cwd=cwd, env=env, what=f"build {what}")
         tmp.rename(out)
@@ -62,7 +62,7 @@ def ensure_test_binary(version: str | None = None, name: str = "e2e.test") -> Pa
     version = version or kube.default_version()
     return _go_build(test_binary_path(version, name),
                      ["test", "-c", "-trimpath", "-ldflags", kube.ldflags(version), package],
-                     f"{name} {version}", kube.module_dir(version))
+                     f"{name} {version}", kube.module_dir(version), version != kube.pinned_version())
 
 
 def ensure_e2e(version: str | None = None) -> Path:
@@ -74,8 +74,9 @@ def ensure_e2e_kubeadm(version: str | None = None) -> Path:
 
 
 def ensure_ginkgo() -> Path:
-    """The ginkgo CLI (parallel runs) at the version ci/kube-build requires."""
+    """The ginkgo CLI (parallel runs) at the version the kube-build module requires."""
     kb = kube.KUBE_BUILD
     key = cache.digest("ginkgo-v1", kb / "go.mod", kb / "go.sum", kube.go_version())
     out = cache.cache_dir() / "e2e" / f"ginkgo-{key[:12]}" / "ginkgo"
-    return _go_build(out, ["build", "-trimpath", "github.com/onsi/ginkgo/v2/ginkgo"], "ginkgo CLI", kb)
+    return _go_build(out, ["build", "-trimpath", "github.com/onsi/ginkgo/v2/ginkgo"], "ginkgo CLI",
+                     kube.pinned_module())

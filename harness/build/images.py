@@ -5,14 +5,14 @@ them preloaded and never pulls."""
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
 from ..progress import phase
 from . import components, kube
-from .cache import (BuildError, cache_dir, digest, docker_import, file_digest, image_fresh, lock, log, replacing,
+from .cache import (BuildError, cache_dir, digest, docker_build, docker_import, file_digest, image_fresh, lock, log,
                     run, tar_add)
 
 IPTABLES_PACKAGES = ("iptables", "conntrack", "kmod", "ipset", "ebtables")
@@ -80,7 +80,7 @@ def _iptables_base() -> str:
             tmp.rename(tar)
         with tempfile.TemporaryDirectory(prefix="kh-ipt-") as d:
             out = Path(d) / "rootfs.tar"
-            subprocess.run(["cp", str(tar), str(out)], check=True)
+            shutil.copyfile(tar, out)
             with tarfile.open(out, "a") as tf:
                 tar_add(tf, "usr/sbin/iptables-wrapper", data=IPTABLES_WRAPPER.encode(), mode=0o755)
             docker_import(out, tag, h, ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
@@ -101,9 +101,7 @@ def _kube_proxy_image(tag: str, binary: Path, h: str) -> str:
             "do ln -sf /usr/sbin/iptables-wrapper /usr/sbin/$t; done\n"
             'ENTRYPOINT ["/usr/local/bin/kube-proxy"]\n'
             f"LABEL harness.k8s.io/input-hash={h}\n")
-        with replacing(tag):
-            run(["docker", "build", "--pull=false", "-q", "-t", tag, str(ctx)],
-                env={**os.environ, "DOCKER_BUILDKIT": "0"}, what=f"build {tag}")
+        docker_build(tag, ctx)
     log.info(f"built {tag}", extra={"phase": "images"})
     return tag
 

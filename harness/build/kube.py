@@ -1,6 +1,8 @@
 """Kubernetes binaries built from the Go module proxy.
 
-``ci/kube-build`` requires k8s.io/kubernetes at the default version and pins
+The packaged module ``kube-build`` (harness/build/sources/kube-build, copied
+into the cache to run go in: :func:`.cache.go_module`) requires
+k8s.io/kubernetes at the default version and pins
 every staging module by replace. Another version gets the same module
 generated into the cache from that release's own go.mod. Output is cached
 under $KUBE_HARNESS_CACHE/kube/<version>-<hash12>/bin, keyed by the module
@@ -16,10 +18,11 @@ from pathlib import Path
 
 from ..progress import phase
 from .. import versions
-from .cache import (ROOT, BuildError, cache_dir, digest, file_digest, is_complete, lock, log, mark_complete,
-                    produce, run)
+from .cache import (BuildError, cache_dir, digest, file_digest, go_module, is_complete, lock, log, mark_complete,
+                    produce, run, source)
 
-KUBE_BUILD = ROOT / "ci" / "kube-build"
+#: the packaged module (read-only: go runs in :func:`pinned_module`, its copy in the cache)
+KUBE_BUILD = source("kube-build")
 COMMANDS = ("kubeadm", "kubelet", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
             "kube-proxy")
 BUILD_DATE = "2026-01-01T00:00:00Z"  # fixed: reproducible binaries
@@ -30,7 +33,7 @@ def default_version() -> str:
 
 
 def pinned_version() -> str:
-    """The version ci/kube-build requires (tests check it is the default)."""
+    """The version the kube-build module requires (tests check it is the default)."""
     m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", (KUBE_BUILD / "go.mod").read_text(), re.M)
     if not m:
         raise BuildError(f"{KUBE_BUILD}/go.mod does not require k8s.io/kubernetes")
@@ -67,17 +70,22 @@ def go_version() -> str:
         raise BuildError(f"Go is needed to build Kubernetes ({e}); install Go >= 1.24 (ci/setup.sh does)") from None
 
 
+def pinned_module() -> Path:
+    """Where go runs for the pinned version: the kube-build module's copy in the cache."""
+    return go_module("kube-build")
+
+
 def module_dir(version: str) -> Path:
-    """The Go module that builds ``version``: ci/kube-build or a generated one."""
+    """The Go module that builds ``version``: kube-build's copy or a generated one."""
     check_version(version)
     if version == pinned_version():
-        return KUBE_BUILD
+        return pinned_module()
     d = cache_dir() / "kube-src" / version
     if is_complete(d):
         return d
     with lock(f"kube-src-{version}"), phase("go-module", machine=version):
         d.mkdir(parents=True, exist_ok=True)
-        tmp = Path(run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=KUBE_BUILD,
+        tmp = Path(run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=pinned_module(),
                        env=go_env(), what="go mod download").split('"GoMod": "')[1].split('"')[0])
         staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", tmp.read_text(), re.M)
         if not staging:

@@ -16,9 +16,8 @@ preloaded, so ``kind create cluster --image <node image>`` runs it.
 """
 from __future__ import annotations
 
-import io
+import contextlib
 import json
-import subprocess
 import tarfile
 import tempfile
 import uuid
@@ -28,7 +27,8 @@ from ..progress import phase
 from .. import versions
 from ..spec import SpecError
 from . import images, kind, kube, runtime
-from .cache import INPUT_HASH_LABEL, BuildError, digest, image_labels, lock, log, run, tar_add
+from .cache import (INPUT_HASH_LABEL, BuildError, digest, image_config, image_fresh, image_id, image_labels, lock,
+                    log, run, tar_add)
 
 REPOSITORY = "kube-harness/node"
 RECIPE = "node-v4"  # v3: containerd 2 (pinned_images.sandbox), crictl; v4: kind's contract (/kind)
@@ -40,11 +40,10 @@ def base_image() -> str:
 
 
 def _image_id(tag: str) -> str:
-    return run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], what="inspect").strip()
-
-
-def _config(tag: str) -> dict:
-    return json.loads(run(["docker", "image", "inspect", "--format", "{{json .Config}}", tag], what="inspect"))
+    i = image_id(tag)
+    if i is None:
+        raise BuildError(f"image {tag} not found")
+    return i
 
 
 def node_image_tag(version: str, base: str, kube_dir: Path, image_tags: list[str],
@@ -99,11 +98,11 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
     base = base or base_image()
     crictl_dir = runtime.build_crictl(versions.release(version).crictl)
     tag, h = node_image_tag(version, base, kube_dir, tags, crictl_dir, kind_files)
-    if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
+    if image_fresh(tag, h):
         log.info(f"node image {tag}: cached", extra={"phase": "node-image"})
         return tag
     with lock(f"node-{tag.split(':')[1]}"), phase("node-image", machine=version):
-        if (image_labels(tag) or {}).get(INPUT_HASH_LABEL) == h:
+        if image_fresh(tag, h):
             return tag
         _build(tag, h, base, kube_dir, crictl_dir, tags, version, pause, kind_files)
     return tag
@@ -111,22 +110,21 @@ def build_node_image(version: str | None = None, base: str | None = None, *, ext
 
 def _copy_files(container: str, files: dict[str, str]) -> None:
     """Write ``files`` (absolute path -> text) into the container (one tar stream)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        dirs = sorted({p for f in files for p in Path(f.lstrip("/")).parents if str(p) != "."})
-        for d in dirs:
-            tar_add(tf, str(d), dir=True, mode=0o755)
-        for f, text in sorted(files.items()):
-            tar_add(tf, f.lstrip("/"), data=text.encode())
-    p = subprocess.run(["docker", "cp", "-", f"{container}:/"], input=buf.getvalue(), capture_output=True)
-    if p.returncode != 0:
-        raise BuildError(f"copying {sorted(files)} into {container} failed: {p.stderr.decode()[-2000:]}")
+    with tempfile.TemporaryFile() as buf:
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            dirs = sorted({p for f in files for p in Path(f.lstrip("/")).parents if str(p) != "."})
+            for d in dirs:
+                tar_add(tf, str(d), dir=True, mode=0o755)
+            for f, text in sorted(files.items()):
+                tar_add(tf, f.lstrip("/"), data=text.encode())
+        buf.seek(0)
+        run(["docker", "cp", "-", f"{container}:/"], stdin=buf, what=f"copy {sorted(files)} into {container}")
 
 
 def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: list[str], version: str,
            pause: str, files: dict[str, str]) -> None:
     name = f"kh-nodeimage-build-{uuid.uuid4().hex[:6]}"
-    cfg = _config(base)
+    cfg = image_config(base)
     if "/var" in (cfg.get("Volumes") or {}):
         raise BuildError(f"base image {base} declares VOLUME /var: preloaded images would be lost; "
                          f"build it with volume_var=False")
@@ -149,11 +147,8 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: 
             tar = images.save_images(tags, Path(d) / "images.tar")
             with phase("preload-images", machine=version):
                 with open(tar, "rb") as f:
-                    p = subprocess.run(["docker", "exec", "-i", name, "ctr", "-n", "k8s.io", "images", "import",
-                                        "--all-platforms", "--no-unpack", "--digests", "-"],
-                                       stdin=f, capture_output=True, text=True)
-                if p.returncode != 0:
-                    raise BuildError(f"ctr images import failed: {p.stderr[-3000:]}")
+                    run(["docker", "exec", "-i", name, "ctr", "-n", "k8s.io", "images", "import", "--all-platforms",
+                         "--no-unpack", "--digests", "-"], stdin=f, what="ctr images import")
         listed = run(["docker", "exec", name, "ctr", "-n", "k8s.io", "images", "ls", "-q"], what="ctr ls").split()
         missing = [t for t in tags if t not in listed and f"docker.io/{t}" not in listed]
         if missing:
@@ -173,4 +168,5 @@ def _build(tag: str, h: str, base: str, kube_dir: Path, crictl_dir: Path, tags: 
         run(cmd + [name, tag], what="docker commit")
         log.info(f"built node image {tag} with {len(tags)} preloaded images", extra={"phase": "node-image"})
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        with contextlib.suppress(BuildError):
+            run(["docker", "rm", "-f", name], what="remove the build container")

@@ -29,18 +29,18 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
-import io
 import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
+
+from harness.build.cache import (BuildError, cache_dir, docker_build, docker_import, file_digest, image_id,
+                                 image_inspect, lock, run)
 
 log = logging.getLogger("harness.nodeimage")
 
@@ -109,12 +109,6 @@ def import_changes(volume_var: bool = True) -> list[str]:
 STOP_SIGNAL = "SIGRTMIN+3"
 
 
-def cache_dir() -> Path:
-    """``$KUBE_HARNESS_CACHE`` (default ``~/.cache/kube-harness``)."""
-    root = os.environ.get("KUBE_HARNESS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kube-harness")
-    return Path(root)
-
-
 def base_cache_dir() -> Path:
     return cache_dir() / "base"
 
@@ -159,7 +153,6 @@ def _hasher():
 
 def rootfs_hash(sandbox_image: str = DEFAULT_SANDBOX_IMAGE, runtime: dict[str, Path] | None = None) -> str:
     """sha256 over what goes into the rootfs tarball (hex)."""
-    from harness.build.cache import file_digest
     h, add = _hasher()
     for dest, src in sorted((runtime if runtime is not None else runtime_files()).items()):
         add("runtime", f"{dest}={file_digest(src)}")
@@ -230,20 +223,6 @@ def _ensure_stderr_logging() -> None:
         log.setLevel(logging.INFO)
 
 
-def _docker():
-    import docker
-    return docker.from_env(timeout=1800)
-
-
-def _image_exists(client, tag: str) -> bool:
-    import docker
-    try:
-        client.images.get(tag)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
 def mmdebstrap_command(rootfs_tar: Path, sandbox_image: str, debs: Path | None = None,
                        mode: str = "root", runtime_dir: Path | None = None) -> list[str]:
     """The mmdebstrap invocation that produces ``rootfs_tar``."""
@@ -271,47 +250,19 @@ def mmdebstrap_command(rootfs_tar: Path, sandbox_image: str, debs: Path | None =
 
 def _run_logged(cmd: list[str], progress: _Progress, phase: str, cwd: Path, env: dict[str, str],
                 logfile: Path) -> None:
-    """Run cmd, keep its full output in logfile, report notable lines and a
-    heartbeat every 30s."""
+    """Run cmd, its full output in logfile, reporting mmdebstrap's steps ("I: ...")."""
     progress(phase, f"running {cmd[0]} (log: {logfile})")
-    with open(logfile, "w") as lf:
-        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, errors="replace", bufsize=1)
-        tail: list[str] = []
-        last = [time.monotonic()]
-        done = threading.Event()
 
-        def heartbeat() -> None:
-            while not done.wait(10):
-                if time.monotonic() - last[0] >= 30:
-                    last[0] = time.monotonic()
-                    progress(phase, f"still running: {tail[-1][:160] if tail else ''}")
-
-        threading.Thread(target=heartbeat, daemon=True).start()
-        try:
-            assert p.stdout is not None
-            for line in p.stdout:
-                lf.write(line)
-                line = line.rstrip()
-                tail.append(line)
-                del tail[:-60]
-                # mmdebstrap prints "I: <step>..." for each stage
-                if line.startswith("I: ") and not line.startswith("I: running --"):
-                    last[0] = time.monotonic()
-                    progress(phase, line[3:][:200])
-                else:
-                    log.debug(line)
-            rc = p.wait()
-        finally:
-            done.set()
-            if p.poll() is None:
-                p.kill()
-    if rc != 0:
-        raise BaseImageError(f"{cmd[0]} failed with exit code {rc}; full log {logfile}; last lines:\n"
-                             + "\n".join(tail[-40:]))
+    def step(line: str) -> None:
+        if line.startswith("I: ") and not line.startswith("I: running --"):
+            progress(phase, line[3:][:200])
+    try:
+        run(cmd, cwd=cwd, env=env, what=f"base-image:{phase}", on_line=step, log_file=logfile)
+    except BuildError as e:
+        raise BaseImageError(str(e)) from None
 
 
-class BaseImageError(RuntimeError):
+class BaseImageError(BuildError):
     pass
 
 
@@ -327,36 +278,29 @@ def build_base_image(force: bool = False, progress: Callable[[str, str], None] |
     Safe to call from several processes at once (a file lock serialises
     builds of the same hash).
     """
-    from filelock import FileLock
-
     runtime = runtime if runtime is not None else runtime_files()
     digest = content_hash(sandbox_image, volume_var, runtime)
     tag = f"{REPOSITORY}:{digest[:12]}"
-    client = _docker()
-    try:
-        if not force and _image_exists(client, tag):
-            log.debug(f"base image {tag} exists")
+    if not force and image_id(tag):
+        log.debug(f"base image {tag} exists")
+        return tag
+    pr = _Progress(progress)
+    cache = base_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    pr("lock", f"waiting for the build lock base-{digest[:12]}")
+    with lock(f"base-{digest[:12]}"):
+        if not force and image_id(tag):  # another process built it meanwhile
+            pr("done", f"{tag} was built by another process")
             return tag
-        pr = _Progress(progress)
-        cache = base_cache_dir()
-        cache.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(cache / f"build-{digest[:12]}.lock"))
-        pr("lock", f"waiting for the build lock {lock.lock_file}")
-        with lock:
-            if not force and _image_exists(client, tag):  # another process built it meanwhile
-                pr("done", f"{tag} was built by another process")
-                return tag
-            tarball = cache / f"rootfs-{rootfs_hash(sandbox_image, runtime)[:12]}.tar"
-            if force or not tarball.is_file():
-                _build_rootfs(tarball, sandbox_image, runtime, pr)
-            else:
-                pr("rootfs", f"using cached rootfs {tarball} ({tarball.stat().st_size / 2**20:.0f} MiB)")
-            _import(client, tarball, tag, digest, volume_var, pr)
-            _prune_cache(cache, keep=tarball)
-            pr("done", f"built {tag}")
-            return tag
-    finally:
-        client.close()
+        tarball = cache / f"rootfs-{rootfs_hash(sandbox_image, runtime)[:12]}.tar"
+        if force or not tarball.is_file():
+            _build_rootfs(tarball, sandbox_image, runtime, pr)
+        else:
+            pr("rootfs", f"using cached rootfs {tarball} ({tarball.stat().st_size / 2**20:.0f} MiB)")
+        _import(tarball, tag, digest, volume_var, pr)
+        _prune_cache(cache, keep=tarball)
+        pr("done", f"built {tag}")
+        return tag
 
 
 def _stage(runtime: dict[str, Path], into: Path) -> Path:
@@ -392,39 +336,22 @@ def _build_rootfs(tarball: Path, sandbox_image: str, runtime: dict[str, Path], p
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _import(client, tarball: Path, tag: str, digest: str, volume_var: bool, pr: _Progress) -> None:
+def _import(tarball: Path, tag: str, digest: str, volume_var: bool, pr: _Progress) -> None:
     """docker import the rootfs, then a metadata-only build on top of it for
     what import cannot set (STOPSIGNAL) and the labels."""
-    import docker
     rootfs_tag = f"{REPOSITORY}-rootfs:{digest[:12]}"
     pr("import", f"docker import {tarball.name} as {rootfs_tag}")
-    if shutil.which("docker"):  # the CLI streams the tarball from disk
-        cmd = ["docker", "import"]
-        for c in import_changes(volume_var):
-            cmd += ["--change", c]
-        cmd += [str(tarball), rootfs_tag]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BaseImageError(f"docker import failed: {r.stderr.strip() or r.stdout.strip()}")
-    else:
-        repo, _, ver = rootfs_tag.partition(":")
-        client.api.import_image_from_file(str(tarball), repository=repo, tag=ver,
-                                          changes=import_changes(volume_var))
+    docker_import(tarball, rootfs_tag, None, import_changes(volume_var))
     pr("import", f"setting STOPSIGNAL {STOP_SIGNAL} and labels: {tag}")
-    dockerfile = (f"FROM {rootfs_tag}\n"
-                  f"STOPSIGNAL {STOP_SIGNAL}\n"
-                  f'LABEL harness.k8s.io/image="base" harness.k8s.io/content-hash="{digest}"\n')
-    try:
-        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True,
-                            pull=False, nocache=True)
-    except (docker.errors.BuildError, docker.errors.APIError) as e:
-        raise BaseImageError(f"finishing {tag} failed: {e}") from e
-    with contextlib.suppress(docker.errors.APIError):
-        client.images.remove(rootfs_tag, noprune=True)  # untag only: it is the parent layer
-    if not _image_exists(client, tag):
+    with tempfile.TemporaryDirectory(prefix="kh-base-") as d:
+        (Path(d) / "Dockerfile").write_text(f"FROM {rootfs_tag}\nSTOPSIGNAL {STOP_SIGNAL}\n")
+        docker_build(tag, Path(d), {"harness.k8s.io/image": "base", "harness.k8s.io/content-hash": digest})
+    with contextlib.suppress(BuildError):  # untag only: it is the parent layer
+        run(["docker", "image", "rm", "--no-prune", rootfs_tag], what=f"untag {rootfs_tag}")
+    size = image_inspect(tag, "{{.Size}}")
+    if size is None:
         raise BaseImageError(f"import finished but {tag} does not exist")
-    img = client.images.get(tag)
-    pr("import", f"{tag} = {img.id[:19]} ({img.attrs.get('Size', 0) / 2**20:.0f} MiB)")
+    pr("import", f"{tag} = {(image_id(tag) or '')[:19]} ({int(size) / 2**20:.0f} MiB)")
 
 
 def _prune_cache(cache: Path, keep: Path, max_tarballs: int = 2) -> None:

@@ -1,0 +1,1 @@
+"""suites/capi as a package, so that pytest --pyargs suites.capi finds it installed."""

@@ -1,0 +1,1 @@
+"""suites/conformance as a package, so that pytest --pyargs suites.conformance finds it installed."""

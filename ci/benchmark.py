@@ -5,6 +5,7 @@
   python3 ci/benchmark.py --nodes 1 --rounds 5
   python3 ci/benchmark.py --no-kind --suite    # the harness only, and suites/kubeadm on it
   python3 ci/benchmark.py --uncached-build     # also a cold build (slow)
+  python3 ci/benchmark.py --growth             # the harness at 1, 3, 5, 10 nodes and 1, 2, 3 clusters at once
 
 Both make the same topology (1 control plane + N-1 workers) from the same node
 image (the harness's, which meets kind's node-image contract), alternately on
@@ -14,10 +15,17 @@ readiness probe: the kube-dns endpoints are ready); the phases are the
 harness's own timings and, for kind, the moments its "✓ <step>" lines appear.
 Prints the median of every phase per tool and the ratio harness/kind, and
 writes every round to $ARTIFACTS/benchmark.json.
+
+``--growth`` measures how the harness scales: clusters of 1, 3, 5 and 10
+nodes, then 1, 2 and 3 clusters of ``--growth-cluster-nodes`` made at once
+(as xdist workers with --cluster-scope worker do). For each: wall time to
+CoreDNS ready, host CPU seconds spent meanwhile, and the node containers'
+memory once ready, in all and per node.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import json
 import os
 import re
@@ -137,6 +145,65 @@ def harness_round(base: Path, nodes: int, image: str, suite: bool) -> dict[str, 
     return out
 
 
+def cpu_seconds() -> float:
+    """Host CPU time so far (user + system + iowait-free work of every CPU)."""
+    import psutil
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "nice", 0) + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
+
+
+def containers_memory(cluster) -> float:
+    """MiB the cluster's node containers use (cgroup memory usage, page cache excluded)."""
+    import docker
+    total = 0.0
+    with docker.from_env() as d:
+        for m in cluster.machines():
+            st = d.containers.get(m.name).stats(stream=False).get("memory_stats") or {}
+            cache = (st.get("stats") or {}).get("total_inactive_file", (st.get("stats") or {}).get("inactive_file", 0))
+            total += (st.get("usage", 0) - cache) / 2**20
+    return round(total, 1)
+
+
+def growth_round(base: Path, nodes: int, image: str, clusters: int = 1) -> dict[str, float]:
+    """``clusters`` harness clusters of ``nodes`` nodes made at once: wall time, CPU, memory."""
+    specs = [spec_for(base, nodes, f"grow{nodes}-{i}-{uuid.uuid4().hex[:4]}") for i in range(clusters)]
+    ctl = MachineController(registry.get(specs[0].provider, specs[0].provider_options), current_owner("bench"),
+                            KubeadmBootstrapper(node_image=image))
+    made: list = []
+
+    def one(spec):
+        cluster = ctl.provision(spec)
+        made.append(cluster)
+        wait_coredns(cluster.kubeconfig_path, nodes)
+        return cluster
+
+    cpu0, t0 = cpu_seconds(), time.monotonic()
+    try:
+        with cf.ThreadPoolExecutor(max_workers=clusters) as ex:
+            list(ex.map(one, specs))
+        wall, cpu = round(time.monotonic() - t0, 1), round(cpu_seconds() - cpu0, 1)
+        mem = sum(containers_memory(c) for c in made)
+    finally:
+        for c in made:
+            ctl.teardown(c)
+    total_nodes = nodes * clusters
+    return {"nodes": total_nodes, "clusters": clusters, "wall": wall, "cpu seconds": cpu,
+            "cpu seconds per node": round(cpu / total_nodes, 1), "memory MiB": round(mem, 1),
+            "memory MiB per node": round(mem / total_nodes, 1)}
+
+
+def growth(base: Path, image: str, per_cluster: int) -> list[dict[str, float]]:
+    rows = []
+    for n in (1, 3, 5, 10):
+        rows.append({"what": f"1 cluster of {n} node(s)", **growth_round(base, n, image)})
+        print(rows[-1], flush=True)
+    for k in (2, 3):
+        rows.append({"what": f"{k} clusters of {per_cluster} node(s) at once",
+                     **growth_round(base, per_cluster, image, clusters=k)})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def kind_round(kind: Path, nodes: int, image: str) -> dict[str, float]:
     from harness.build.kind import write_cluster_config
     name = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
@@ -187,6 +254,9 @@ def main() -> int:
     ap.add_argument("--no-kind", action="store_true", help="time the harness only")
     ap.add_argument("--suite", action="store_true", help="also run suites/kubeadm on each harness cluster")
     ap.add_argument("--uncached-build", action="store_true", help="also time a cold build (slow)")
+    ap.add_argument("--growth", action="store_true",
+                    help="only the harness's growth: 1, 3, 5, 10 nodes; 2 and 3 clusters at once")
+    ap.add_argument("--growth-cluster-nodes", type=int, default=3, help="nodes of each concurrent cluster (3)")
     a = ap.parse_args()
     if a.rounds < 1 or any(n < 1 or n > 10 for n in a.nodes or []):
         ap.error("--rounds must be >= 1 and --nodes from 1 to 10")
@@ -196,6 +266,15 @@ def main() -> int:
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "version": version, "cpus": os.cpu_count(),
                      "load before": [round(load1, 2), round(load5, 2)], "build": build_times(version, a.uncached_build)}
     image = node_image(version)
+    if a.growth:
+        rows = growth(Path(a.cluster_config), image, a.growth_cluster_nodes)
+        results["growth"] = rows
+        print(f"\n{version}, {os.cpu_count()} CPUs, load before {results['load before']}")
+        keys = ("wall", "cpu seconds", "cpu seconds per node", "memory MiB", "memory MiB per node")
+        print(f"   {'':36s} " + " ".join(f"{k:>12s}" for k in ("wall s", "CPU s", "CPU s/node", "MiB", "MiB/node")))
+        for r in rows:
+            print(f"   {r['what']:36s} " + " ".join(f"{r[k]:>12}" for k in keys))
+        return _write(results)
     kind = None
     if not a.no_kind:
         from harness.build.kind import build_kind
@@ -220,6 +299,10 @@ def main() -> int:
             vals = [med[t][k] for t in tools]
             ratio = f"{vals[0] / vals[1]:9.2f}" if kind and vals[0] is not None and vals[1] else ""
             print(f"   {k:26s} " + " ".join(f"{v if v is not None else '-':>8}" for v in vals) + ratio)
+    return _write(results)
+
+
+def _write(results: dict) -> int:
     p = artifacts_dir() / "benchmark.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(results, indent=2))

@@ -398,9 +398,14 @@ def test_unprivileged_fallback_boots(provider, cluster, client):
 
 
 def test_node_image_hook(provider, image):
-    assert provider.node_image("v1.37.2", image="example/node:v1.37.2") == "example/node:v1.37.2"
-    with pytest.raises(NotImplementedError, match="node image"):
-        provider.node_image("v1.37.2")
+    """A prebuilt image must exist locally (nothing is pulled); the node image of a
+    version is built (the kubeadm suite boots it); no version: the base image."""
+    from harness.build.cache import BuildError
+    assert provider.node_image("v1.37.2", image=image) == image
+    assert provider.node_image_problem(image) is None
+    with pytest.raises(BuildError, match="node image 'example/node:v1.37.2' not found locally"):
+        provider.node_image("v1.37.2", image="example/node:v1.37.2")
+    assert "docker images" in provider.node_image_problem("example/node:v1.37.2")
     assert provider.node_image(None) == image  # machines only: the base image
 
 

@@ -16,8 +16,9 @@ import pytest
 docker = pytest.importorskip("docker")
 
 from providers import registry  # noqa: E402
-from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, L_RUN, ExecError,  # noqa: E402
-                            MachineSpec, Owner)
+from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, L_RUN, Cleanup, Exec,  # noqa: E402
+                            ExecError, HostLimits, LoadBalancer, Machines, MachineSpec, NodeImages, Owner,
+                            Provisioning)
 from providers.docker import DockerProvider, ExecTimeout, lb_name, network_name, volume_name  # noqa: E402
 from providers.docker.nodeimage import build_base_image  # noqa: E402
 
@@ -93,6 +94,8 @@ def cluster(provider, image, client):
 def test_registered():
     p = registry.get("docker")
     assert isinstance(p, DockerProvider) and p.name == "docker"
+    for capability in (Machines, Provisioning, Exec, LoadBalancer, Cleanup, NodeImages, HostLimits):
+        assert isinstance(p, capability), capability.__name__
 
 
 def test_machine_boots_systemd_and_containerd(provider, cluster, client):

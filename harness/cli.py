@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = load(a.cluster_config)
             from .build.nodeimage import check_option
             from .kubeadm.validate import check_kubeadm_patches
-            check_option(a.node_image, spec.provider)
-            check_kubeadm_patches(spec)
             prov = _provider(spec.provider, spec.provider_options)
+            check_option(a.node_image, prov)
+            check_kubeadm_patches(spec)
             owner = reaper.current_owner(f"cli-{uuid.uuid4().hex[:8]}", keep=True)
             if a.bootstrap == "kubeadm":
                 from .kubeadm.bootstrap import KubeadmBootstrapper

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from providers import registry
-from providers.base import L_CLUSTER, L_NAMESPACE
+from providers.base import L_CLUSTER, L_NAMESPACE, Cleanup, require
 
 from . import artifacts, reaper, schema
 from .cluster import Cluster
@@ -41,7 +41,7 @@ def _provider(name: str, options: dict | None = None):
 def _clusters(prov) -> dict[tuple[str, str], list[str]]:
     """Every cluster's objects, by (namespace, name) labels."""
     rows: dict[tuple[str, str], list[str]] = {}
-    for o in prov.list_owned({}):
+    for o in require(prov, Cleanup, needed_for="finding clusters").list_owned({}):
         lb = o.get("labels") or {}
         rows.setdefault((lb.get(L_NAMESPACE, "?"), lb.get(L_CLUSTER, "?")), []).append(f"{o['kind']}:{o['name']}")
     return rows
@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = load(a.cluster_config)
             from .build.nodeimage import check_option
             from .kubeadm.validate import check_kubeadm_patches
-            check_option(a.node_image, spec.provider)
-            check_kubeadm_patches(spec)
             prov = _provider(spec.provider, spec.provider_options)
+            check_option(a.node_image, prov)
+            check_kubeadm_patches(spec)
             owner = reaper.current_owner(f"cli-{uuid.uuid4().hex[:8]}", keep=True)
             if a.bootstrap == "kubeadm":
                 from .kubeadm.bootstrap import KubeadmBootstrapper

@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Protocol
 
 from filelock import FileLock
 
-from providers.base import (L_CLUSTER, L_KEEP, L_NAMESPACE, L_OWNER_HOST, L_OWNER_PID, L_RUN, Machine,
-                            MachineProvider, MachineSpec, Owner)
+from providers.base import (L_CLUSTER, L_KEEP, L_NAMESPACE, L_OWNER_HOST, L_OWNER_PID, L_RUN, Cleanup, Exec, Machine,
+                            MachineProvider, Machines, MachineSpec, NodeImages, Owner, Provisioning, require)
 
 from . import interrupts
 from .cluster import Cluster, MachineDeployment
@@ -47,6 +47,7 @@ class NoBootstrap:
     name = "none"
 
     def image(self, cluster: Cluster) -> str:
+        require(cluster.provider, NodeImages, needed_for="the image of machines without Kubernetes")
         return cluster.provider.node_image(None, **cluster.spec.provider_options)
 
     def init(self, cluster: Cluster, machine: Machine) -> None:
@@ -77,7 +78,7 @@ def machine_name(deployment: str) -> str:
 class MachineController:
     def __init__(self, provider: MachineProvider, owner: Owner, bootstrapper: Bootstrapper | None = None,
                  parallelism: int = 4):
-        self.provider = provider
+        self.provider = require(provider, Machines, Provisioning, Exec, Cleanup, needed_for="making clusters")
         self.owner = owner
         self.bootstrapper = bootstrapper or NoBootstrap()
         self.parallelism = parallelism

@@ -4,7 +4,7 @@ into ``ctr -n k8s.io images import --platform <the node's> -`` on each
 machine (one platform only), then check with ``crictl`` on every node that
 the kubelet sees each image under its tag with the Docker image's ID.
 
-Provider-agnostic: it only uses the MachineProvider interface (``exec``
+Provider-agnostic: it only uses the provider's Exec capability (``exec``
 with stdin), so any provider whose machines run containerd works.  Nodes
 that already have an image (same tag, same image ID: the config digest of
 the tag's manifest in containerd) are skipped.

@@ -143,7 +143,7 @@ def _check_options(config: pytest.Config) -> None:
         raise SpecError("--kubernetes-version", version, why)
     spec = session_spec(config)  # --cluster-config: an existing, valid spec
     from .build.nodeimage import check_option
-    check_option(config.getoption("node_image"), spec.provider)
+    check_option(config.getoption("node_image"), _provider_for(config, spec))
     _check_capi_options(config, spec)
     if not config.getoption("cluster_api"):
         from .kubeadm.validate import check_kubeadm_patches

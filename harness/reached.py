@@ -2,7 +2,8 @@
 their ``spec.providerID`` (:func:`providers.registry.machine_access`).
 
 * :class:`ReachedMachines` - exec, files, logs, stop and start, delegated per
-  machine; making or deleting infrastructure is someone else's job;
+  machine (the Machines and Exec capabilities); making or deleting machines and
+  infrastructure is someone else's job, so it has no Provisioning or Cleanup;
 * :class:`NodeMachines` - the machines of any cluster, from its Nodes (a
   cluster given by kubeconfig).
 
@@ -12,12 +13,12 @@ Machine objects instead.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from kubernetes import client, config as kconfig
 
 from providers import registry
-from providers.base import ExecResult, Health, Machine, MachineProvider, MachineSpec, Owner, ProviderError
+from providers.base import Exec, ExecResult, Health, Machine, MachineProvider, Machines, ProviderError, require
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
@@ -30,7 +31,6 @@ class ReachedMachines(MachineProvider):
     """Subclasses list the machines; this reaches them (``access=False``: never)."""
 
     name = "reached"
-    #: who makes and deletes these machines (for the error of what is not ours to do)
     owner_hint = "whoever made the cluster"
 
     def __init__(self, access: bool = True) -> None:
@@ -50,7 +50,8 @@ class ReachedMachines(MachineProvider):
                                 f"{pid.split('://')[0]!r} ({pid}); registered schemes: "
                                 f"{registry.machine_access_schemes()} (entry point group {registry.ACCESS_GROUP})")
         if name not in self._access:
-            self._access[name] = registry.get(name)
+            self._access[name] = require(registry.get(name), Machines, Exec,
+                                         needed_for=f"reaching machines with providerID {pid}")
         return self._access[name]
 
     def get_machine(self, name: str) -> Machine | None:
@@ -84,29 +85,6 @@ class ReachedMachines(MachineProvider):
             return self.access(machine).collect_artifacts(machine, dest_dir)
         except ProviderError:
             return []
-
-    # --- not ours to do
-    def _not_ours(self, what: str) -> ProviderError:
-        return ProviderError(f"{what}: {self.owner_hint} does this, not the harness")
-
-    def create_machine(self, spec: MachineSpec) -> Machine:
-        raise self._not_ours(f"create machine for {spec.cluster}")
-
-    def delete_machine(self, machine: Machine) -> None:
-        raise self._not_ours(f"delete machine {machine.name}")
-
-    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
-                              ip_families: Sequence[int] = (4,)) -> None:
-        raise self._not_ours(f"infrastructure of {namespace}/{cluster}")
-
-    def delete_infrastructure(self, cluster: str, namespace: str) -> None:
-        raise self._not_ours(f"infrastructure of {namespace}/{cluster}")
-
-    def list_owned(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-        return []
-
-    def delete_owned(self, selector: Mapping[str, str]) -> list[str]:
-        raise self._not_ours("delete")
 
     def close(self) -> None:
         for p in self._access.values():

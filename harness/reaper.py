@@ -9,7 +9,7 @@ import socket
 import psutil
 
 from providers.base import (L_CLUSTER, L_KEEP, L_NAMESPACE, L_OWNER_HOST, L_OWNER_PID, L_OWNER_START, L_RUN,
-                            MachineProvider, Owner)
+                            Cleanup, MachineProvider, Owner, require)
 
 from .cluster import Cluster
 
@@ -48,7 +48,7 @@ def owner_alive(labels: dict[str, str]) -> bool:
 def orphaned_runs(provider: MachineProvider) -> dict[str, list[dict]]:
     """run-id -> objects, for runs whose owner is dead and that are not kept."""
     runs: dict[str, list[dict]] = {}
-    for obj in provider.list_owned({}):
+    for obj in require(provider, Cleanup, needed_for="reaping the objects of dead runs").list_owned({}):
         labels = obj.get("labels") or {}
         run = labels.get(L_RUN)
         if not run or labels.get(L_KEEP) == "true" or owner_alive(labels):

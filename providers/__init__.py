@@ -1,1 +1,1 @@
-"""Machine providers: one interface (providers.base.MachineProvider), many backends."""
+"""Machine providers: capability protocols and a base class (providers.base), many backends."""

@@ -1,4 +1,7 @@
-"""The machine-controller interface a provider author implements.
+"""The machine-controller interface a provider author implements: small capability
+protocols (:class:`Machines`, :class:`Provisioning`, :class:`Exec`, :class:`LoadBalancer`,
+:class:`Cleanup`, :class:`NodeImages`, :class:`HostLimits`), of which a provider implements
+those it has, and :class:`MachineProvider`, a convenient base class.
 
 Objects are shaped like Cluster API's: a Machine belongs to a Cluster (by
 name, in a namespace) and to a MachineDeployment, and has a role. Every
@@ -10,7 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 LABEL_PREFIX = "harness.k8s.io"
 L_CLUSTER = f"{LABEL_PREFIX}/cluster"
@@ -124,14 +127,141 @@ def owner_labels(cluster: str, namespace: str, owner: Owner) -> dict[str, str]:
     return {L_CLUSTER: cluster, L_NAMESPACE: namespace, **owner.labels()}
 
 
+# --- capabilities: what a provider can do, each checked with isinstance(provider, Capability)
+
+@runtime_checkable
+class Machines(Protocol):
+    """See and power the machines: list and inspect them, their health, stop and start them,
+    and where the harness host reaches one of their ports."""
+
+    def list_machines(self, cluster: str | None = None, namespace: str | None = None,
+                      selector: Mapping[str, str] | None = None) -> list[Machine]: ...
+
+    def get_machine(self, name: str) -> Machine | None: ...
+
+    def health(self, machine: Machine) -> Health: ...
+
+    def stop_machine(self, machine: Machine) -> None: ...
+
+    def start_machine(self, machine: Machine) -> Machine: ...
+
+    def host_endpoint(self, machine: Machine, port: int) -> tuple[str, int]:
+        """Where the harness host reaches ``port`` of the machine."""
+
+
+@runtime_checkable
+class Provisioning(Protocol):
+    """Make and delete machines, and the infrastructure a cluster's machines share (its network)."""
+
+    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
+                              ip_families: Sequence[int] = (4,)) -> None:
+        """Make what the cluster's machines share (network); ``ip_families``
+        (4 and/or 6) are the families its machines need addresses of."""
+
+    def delete_infrastructure(self, cluster: str, namespace: str) -> None: ...
+
+    def create_machine(self, spec: MachineSpec) -> Machine: ...
+
+    def delete_machine(self, machine: Machine) -> None: ...
+
+    def wait_booted(self, machine: Machine, timeout: float = 120) -> None: ...
+
+
+@runtime_checkable
+class Exec(Protocol):
+    """Run commands in machines, copy files in and out, read their logs."""
+
+    def exec(self, machine: Machine, cmd: Sequence[str], *, input: bytes | None = None,
+             check: bool = True, timeout: float | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult: ...
+
+    def copy_to(self, machine: Machine, dest: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def copy_from(self, machine: Machine, src: str) -> bytes: ...
+
+    def logs(self, machine: Machine) -> str:
+        """The machine's console/container log."""
+
+    def collect_artifacts(self, machine: Machine, dest_dir: str) -> list[str]:
+        """Write the machine's logs into dest_dir; returns files written. Never raises."""
+
+
+@runtime_checkable
+class LoadBalancer(Protocol):
+    """The cluster's API load balancer (needed for more than one control plane)."""
+
+    def ensure_load_balancer(self, cluster: str, namespace: str, owner: Owner,
+                             backends: Sequence[tuple[str, str]], port: int = 6443) -> Machine:
+        """Create or reconfigure the load balancer so it forwards ``port`` to the
+        ``(name, address)`` backends; it is listed with role ``load-balancer``."""
+
+
+@runtime_checkable
+class Cleanup(Protocol):
+    """Find and delete everything the provider made, by labels (teardown, reaper)."""
+
+    def list_owned(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every object (machine, network, volume) matching the label selector,
+        as dicts with at least kind, name and labels."""
+
+    def delete_owned(self, selector: Mapping[str, str]) -> list[str]:
+        """Delete every object matching the selector; returns what was deleted."""
+
+
+@runtime_checkable
+class NodeImages(Protocol):
+    """The images machines boot from."""
+
+    def node_image(self, version: str | None, **options: Any) -> str:
+        """The image machines of this Kubernetes version boot from (None: machines only, no
+        Kubernetes); the provider option ``image``, when given, names a prebuilt one."""
+
+    def node_image_problem(self, image: str) -> str | None:
+        """Why a prebuilt image the user named cannot boot this provider's machines
+        (what would be allowed), or None."""
+
+
+@runtime_checkable
+class HostLimits(Protocol):
+    """Machines share the harness host's kernel: the provider warns about its limits."""
+
+    def check_host_limits(self, cluster: str) -> None:
+        """Log a warning naming each host limit too low for the machines, and the fix."""
+
+
+class MissingCapability(ProviderError):
+    """A provider lacks a capability the caller needs."""
+
+    def __init__(self, provider: Any, capability: type, needed_for: str):
+        self.provider, self.capability = provider, capability
+        name = getattr(provider, "name", "") or type(provider).__name__
+        methods = ", ".join(k for k, v in vars(capability).items() if callable(v) and not k.startswith("_"))
+        hint = getattr(provider, "owner_hint", "")
+        super().__init__(f"provider {name!r} has no {capability.__name__} capability ({methods}), needed for "
+                         f"{needed_for}" + (f"; {hint} does this, not the harness" if hint else ""))
+
+
+def require(provider: Any, *capabilities: type, needed_for: str) -> Any:
+    """``provider``, or a :class:`MissingCapability` naming the first capability it lacks."""
+    for capability in capabilities:
+        if not isinstance(provider, capability):
+            raise MissingCapability(provider, capability, needed_for)
+    return provider
+
+
 class MachineProvider(abc.ABC):
-    """Create, inspect and delete machines of one cluster's infrastructure.
+    """A convenient base for providers: options, their validation, defaults derived from
+    other capabilities. A provider implements the capabilities above that it has; the
+    harness checks for them with ``isinstance``. Registered by name in
+    :mod:`providers.registry` (or entry points of group ``kube_harness.providers``).
 
     Implementations must be safe to call from several processes (xdist
     workers): every operation is keyed by names and labels, not local state.
     """
 
     name: str = ""
+    #: for providers of machines someone else makes: who does what this provider cannot
+    owner_hint: str = ""
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.options = dict(options or {})
@@ -142,75 +272,18 @@ class MachineProvider(abc.ABC):
         anything is created: raise :class:`OptionError` naming the option and
         what is allowed. The default accepts anything."""
 
-    # infrastructure shared by a cluster's machines (network, load balancer)
-    @abc.abstractmethod
-    def ensure_infrastructure(self, cluster: str, namespace: str, owner: Owner,
-                              ip_families: Sequence[int] = (4,)) -> None:
-        """Make what the cluster's machines share (network); ``ip_families``
-        (4 and/or 6) are the families its machines need addresses of."""
-
-    @abc.abstractmethod
-    def delete_infrastructure(self, cluster: str, namespace: str) -> None: ...
-
-    # machines
-    @abc.abstractmethod
-    def create_machine(self, spec: MachineSpec) -> Machine: ...
-
-    @abc.abstractmethod
-    def delete_machine(self, machine: Machine) -> None: ...
-
-    @abc.abstractmethod
-    def list_machines(self, cluster: str | None = None, namespace: str | None = None,
-                      selector: Mapping[str, str] | None = None) -> list[Machine]: ...
-
-    @abc.abstractmethod
-    def get_machine(self, name: str) -> Machine | None: ...
-
-    @abc.abstractmethod
-    def exec(self, machine: Machine, cmd: Sequence[str], *, input: bytes | None = None,
-             check: bool = True, timeout: float | None = None, env: Mapping[str, str] | None = None) -> ExecResult: ...
-
-    @abc.abstractmethod
-    def copy_to(self, machine: Machine, dest: str, data: bytes, mode: int = 0o644) -> None: ...
-
-    @abc.abstractmethod
-    def copy_from(self, machine: Machine, src: str) -> bytes: ...
-
-    @abc.abstractmethod
-    def logs(self, machine: Machine) -> str:
-        """The machine's console/container log."""
-
-    @abc.abstractmethod
-    def health(self, machine: Machine) -> Health: ...
-
-    @abc.abstractmethod
-    def stop_machine(self, machine: Machine) -> None: ...
-
-    @abc.abstractmethod
-    def start_machine(self, machine: Machine) -> Machine: ...
-
-    # cleanup
-    @abc.abstractmethod
-    def list_owned(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-        """Every object (machine, network, volume) matching the label selector,
-        as dicts with at least kind, name and labels."""
-
-    @abc.abstractmethod
-    def delete_owned(self, selector: Mapping[str, str]) -> list[str]:
-        """Delete every object matching the selector; returns what was deleted."""
-
-    # optional hooks
     def wait_booted(self, machine: Machine, timeout: float = 120) -> None:
+        """Until :meth:`Machines.health` says booted (needs the Machines and Exec capabilities)."""
         import time
         end = time.monotonic() + timeout
         last = None
         while time.monotonic() < end:
-            last = self.health(machine)
+            last = self.health(machine)  # type: ignore[attr-defined]
             if last.booted:
                 return
             if not last.running:
                 raise ProviderError(f"{machine.name}: machine stopped while booting: {last.detail}\n"
-                                    f"{self.logs(machine)[-3000:]}")
+                                    f"{self.logs(machine)[-3000:]}")  # type: ignore[attr-defined]
             time.sleep(0.5)
         raise ProviderError(f"{machine.name}: not booted after {timeout:.0f}s: {last.detail if last else ''}")
 
@@ -218,15 +291,9 @@ class MachineProvider(abc.ABC):
         """Write the machine's logs into dest_dir; returns files written."""
         return []
 
-    def node_image(self, version: str, **kw: Any) -> str:
-        """The image (or template) machines of this Kubernetes version boot from."""
-        raise NotImplementedError
-
-    def ensure_load_balancer(self, cluster: str, namespace: str, owner: Owner,
-                             backends: Sequence[tuple[str, str]], port: int = 6443) -> Machine:
-        """Create or reconfigure the cluster's API load balancer so it forwards
-        ``port`` to ``(name, address)`` backends. Needed for HA control planes."""
-        raise NotImplementedError(f"provider {self.name} has no load balancer")
+    def node_image_problem(self, image: str) -> str | None:
+        """Why ``image`` cannot boot this provider's machines; the default cannot tell."""
+        return None
 
     def host_endpoint(self, machine: Machine, port: int) -> tuple[str, int]:
         """Where the harness host reaches ``port`` of the machine."""

@@ -1,5 +1,7 @@
 """Provider registry: built-in providers plus entry points
-(group ``kube_harness.providers``) so an external package can add one."""
+(group ``kube_harness.providers``) so an external package can add one. A
+provider is a :class:`providers.base.MachineProvider` (or any object) with the
+capabilities of :mod:`providers.base` it implements; callers check those."""
 from __future__ import annotations
 
 from importlib import metadata

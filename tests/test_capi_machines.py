@@ -8,7 +8,8 @@ from kubernetes import client
 from harness.capi.machines import CapiMachines, deployment_of
 from harness.capi.workload import host_patches, set_cluster_network
 from providers import registry
-from providers.base import ProviderError
+from providers.base import (Cleanup, Exec, Machines, MissingCapability, ProviderError, Provisioning,
+                            require)
 from providers.docker import DockerProvider
 
 
@@ -66,8 +67,13 @@ def test_machines_reached_through_their_provider_id_scheme(view):
         view.access(view._to_machine(machine_object("b", {}, provider_id="aws:///eu-1a/i-0123")))
     with pytest.raises(ProviderError, match="no spec.providerID yet"):
         view.access(view._to_machine(machine_object("c", {}, phase="Pending")))
-    with pytest.raises(ProviderError, match="Cluster API's controllers .* does this, not the harness"):
-        view.delete_owned({"harness.k8s.io/cluster": "wl"})
+    # the controllers make and delete these machines: the view has no such capabilities
+    assert isinstance(view, Machines) and isinstance(view, Exec)
+    assert not isinstance(view, Cleanup) and not isinstance(view, Provisioning)
+    with pytest.raises(MissingCapability, match=r"provider 'cluster-api' has no Cleanup capability \(list_owned, "
+                                                r"delete_owned\), needed for teardown; Cluster API's controllers "
+                                                r".* does this, not the harness"):
+        require(view, Machines, Cleanup, needed_for="teardown")
 
 
 def test_template_adjustments():

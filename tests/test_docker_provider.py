@@ -16,8 +16,9 @@ import pytest
 docker = pytest.importorskip("docker")
 
 from providers import registry  # noqa: E402
-from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, L_RUN, ExecError,  # noqa: E402
-                            MachineSpec, Owner)
+from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, L_RUN, Cleanup, Exec,  # noqa: E402
+                            ExecError, HostLimits, LoadBalancer, Machines, MachineSpec, NodeImages, Owner,
+                            Provisioning)
 from providers.docker import DockerProvider, ExecTimeout, lb_name, network_name, volume_name  # noqa: E402
 from providers.docker.nodeimage import build_base_image  # noqa: E402
 
@@ -93,6 +94,8 @@ def cluster(provider, image, client):
 def test_registered():
     p = registry.get("docker")
     assert isinstance(p, DockerProvider) and p.name == "docker"
+    for capability in (Machines, Provisioning, Exec, LoadBalancer, Cleanup, NodeImages, HostLimits):
+        assert isinstance(p, capability), capability.__name__
 
 
 def test_machine_boots_systemd_and_containerd(provider, cluster, client):
@@ -398,9 +401,14 @@ def test_unprivileged_fallback_boots(provider, cluster, client):
 
 
 def test_node_image_hook(provider, image):
-    assert provider.node_image("v1.37.2", image="example/node:v1.37.2") == "example/node:v1.37.2"
-    with pytest.raises(NotImplementedError, match="node image"):
-        provider.node_image("v1.37.2")
+    """A prebuilt image must exist locally (nothing is pulled); the node image of a
+    version is built (the kubeadm suite boots it); no version: the base image."""
+    from harness.build.cache import BuildError
+    assert provider.node_image("v1.37.2", image=image) == image
+    assert provider.node_image_problem(image) is None
+    with pytest.raises(BuildError, match="node image 'example/node:v1.37.2' not found locally"):
+        provider.node_image("v1.37.2", image="example/node:v1.37.2")
+    assert "docker images" in provider.node_image_problem("example/node:v1.37.2")
     assert provider.node_image(None) == image  # machines only: the base image
 
 

@@ -23,6 +23,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from providers.base import NodeImages
+
 from ..progress import phase
 from .. import versions
 from ..spec import SpecError
@@ -70,10 +72,10 @@ def image_problem(image: str) -> str | None:
     return None
 
 
-def check_option(image: str | None, provider: str) -> None:
-    """--node-image: SpecError unless the image exists locally (Docker provider;
-    others boot their own)."""
-    if image and provider == "docker" and (why := image_problem(image)):
+def check_option(image: str | None, provider: object) -> None:
+    """--node-image: SpecError when the provider says the image cannot boot its
+    machines (the Docker provider: it must exist locally)."""
+    if image and isinstance(provider, NodeImages) and (why := provider.node_image_problem(image)):
         raise SpecError("--node-image", image, why)
 
 

@@ -41,7 +41,8 @@ import yaml
 
 from harness.cluster import Cluster, write_private
 from harness.progress import phase
-from providers.base import ExecResult, Machine
+from providers.base import (ExecResult, HostLimits, LoadBalancer, Machine, MissingCapability, NodeImages,
+                            require)
 
 from . import cni, preflight
 from . import config as kconfig
@@ -98,52 +99,31 @@ class KubeadmBootstrapper:
         return image
 
     def _image(self, cluster: Cluster) -> str:
-        """The node image: ``node_image`` (--node-image), else the spec's
-        ``provider.options.image``, else a node image built for the spec's
-        version (Docker provider: ``harness.build.nodeimage.build_node_image``
-        on the provider's base image, with :func:`harness.build.testimages.test_images`
-        preloaded too; other providers: ``provider.node_image``)."""
+        """The node image: ``node_image`` (--node-image), else the provider's
+        ``node_image`` for the spec's version and options (the Docker provider
+        checks ``provider.options.image`` exists, or builds a node image with the
+        test images preloaded); a provider without node images needs the option."""
         if self.node_image:
             return self.node_image
         opts = dict(cluster.spec.provider_options or {})
-        if opts.get("image"):
-            if cluster.provider.name == "docker":
-                try:
-                    from harness.build.nodeimage import check_image
-                    return check_image(str(opts["image"]))
-                except ImportError:
-                    pass
-            return str(opts["image"])
         version = cluster.spec.version
+        if not isinstance(cluster.provider, NodeImages):
+            if opts.get("image"):
+                return str(opts["image"])
+            raise MissingCapability(cluster.provider, NodeImages, f"a node image for Kubernetes {version}; set "
+                                    f"spec.provider.options.image or --node-image")
+        if opts.get("image"):
+            return cluster.provider.node_image(version, **opts)
         with self._lock:
-            if version in self._images:
-                return self._images[version]
-            if cluster.provider.name != "docker":
-                img = cluster.provider.node_image(version, **opts)
-            else:
-                try:
-                    from harness.build.nodeimage import build_node_image
-                except ImportError as e:
-                    raise KubeadmError(f"no node image for {version}: harness.build.nodeimage is not available "
-                                       f"({e}); set spec.provider.options.image or --node-image") from e
-                # the suites' busybox goes into the preload too (ensure_loaded is the fallback)
-                extra: list[str] = []
-                try:
-                    from harness.build.testimages import test_images
-                    extra = test_images()
-                except Exception as e:
-                    log.warning(f"test images not built, node image without them: {e}",
-                                extra={"cluster": cluster.name, "phase": "image"})
-                # base image: the builder's default (the provider's base without VOLUME /var)
-                img = build_node_image(version, extra_images=extra)
-            self._images[version] = img
-            return img
+            if version not in self._images:
+                self._images[version] = cluster.provider.node_image(version, **opts)
+            return self._images[version]
 
     # ------------------------------------------------------------- init
     def init(self, cluster: Cluster, machine: Machine) -> None:
         spec, p = cluster.spec, cluster.provider
-        if p.name == "docker":
-            _check_host_limits(cluster)
+        if isinstance(p, HostLimits):
+            p.check_host_limits(cluster.name)
         with phase("kubeadm-config", cluster=cluster.name, machine=machine.name):
             lb = None
             if spec.control_plane.replicas > 1:
@@ -361,6 +341,7 @@ class KubeadmBootstrapper:
 
     def _update_lb(self, cluster: Cluster, control_planes: Iterable[Machine]) -> Machine:
         backends = [(m.name, m.ip) for m in sorted(control_planes, key=lambda m: m.name)]
+        require(cluster.provider, LoadBalancer, needed_for="the API load balancer of several control planes")
         return cluster.provider.ensure_load_balancer(cluster.name, cluster.namespace, cluster.owner, backends,
                                                      kconfig.API_PORT)
 
@@ -646,29 +627,6 @@ class KubeadmBootstrapper:
             log.info(f"kubeadm: {line}", extra=extra)
         else:
             log.debug(f"kubeadm: {line}", extra=extra)
-
-
-#: every node's systemd, containerd and kubelet take inotify instances from
-#: the one host-wide per-user pool (all node containers run as root)
-INOTIFY_MIN = {"max_user_instances": 512, "max_user_watches": 524288}
-
-
-def _check_host_limits(cluster: Cluster) -> None:
-    """Warn when host limits make kubelets fail ("inotify_init: too many open
-    files"), as kind's known-issues page describes."""
-    low = {}
-    for k, want in INOTIFY_MIN.items():
-        try:
-            have = int(Path(f"/proc/sys/fs/inotify/{k}").read_text())
-        except (OSError, ValueError):
-            continue
-        if have < want:
-            low[k] = (have, want)
-    if low:
-        fix = " ".join(f"fs.inotify.{k}={w}" for k, (_, w) in low.items())
-        log.warning(f"host inotify limits are low ({', '.join(f'{k}={h}' for k, (h, _) in low.items())}): "
-                    f"kubelets of several nodes/clusters fail with 'inotify_init: too many open files'; "
-                    f"raise them with `sysctl -w {fix}`", extra={"cluster": cluster.name, "phase": "init"})
 
 
 def _redact(text: str) -> str:

@@ -1,12 +1,64 @@
-"""Validation of the Docker provider's options (``spec.provider.options``),
-so that a typo fails when the spec is loaded, naming the option, instead of
-half way through creating machines."""
+"""The Docker provider's options (``spec.provider.options``): their validation, so
+that a typo fails when the spec is loaded, naming the option, instead of half way
+through creating machines, and :func:`resolve`, the typed options of one role.
+
+``image``
+    node image to boot (``node_image`` returns it).
+``cgroupns``
+    ``"private"`` (default, as kind: the node gets its own cgroup namespace,
+    also on a cgroup v1 host) or ``"host"`` (the entrypoint then applies
+    kind's cgroup v1 fix-ups).
+``boot_timeout``
+    seconds to wait for systemd (default 120).
+``wait``
+    ``create_machine`` waits until systemd is up (default true).
+``stop_timeout``
+    seconds ``stop_machine`` gives systemd to halt before SIGKILL (default 30).
+``subnet`` / ``mtu``
+    of the cluster network (default: Docker picks a free subnet; MTU 1500).
+``ipv6_subnet``
+    the cluster network's IPv6 subnet when the cluster's ipFamily is ipv6 or
+    dual (default: a ULA /64 derived from the network's name).
+``extra_mounts``
+    list of ``{"host_path", "container_path", "readonly": false,
+    "propagation": "private|rslave|rshared"}`` (camelCase ``hostPath`` /
+    ``containerPath`` as in kind's config are accepted too).
+``networks``
+    more Docker networks every node joins (made if missing, shared, never
+    deleted with a cluster), e.g. ``["kind"]`` for a management cluster
+    whose CAPD puts workload clusters on CAPD's network "kind".
+``extra_ports``
+    list of ``{"container_port", "host_port": 0, "listen_address":
+    "127.0.0.1", "protocol": "tcp"}``; host_port 0 picks a free port.
+``env``
+    extra environment variables for the node's entrypoint/systemd.
+``memory`` / ``cpus``
+    resource limits (docker syntax: ``"2g"``, ``1.5``).
+``roles``
+    ``{"control-plane": {...}, "worker": {...}}``: any of the options above
+    for machines of one role only (merged over the top-level ones).
+``lb_image``
+    image of the load balancer container (default: the base image).
+``privileged``
+    ``"auto"`` (default): ``--privileged``, as kind and CAPD. Only a Docker
+    engine older than 23 on a host whose root lacks capabilities cannot
+    start privileged containers at all (it asks runc for every capability;
+    23+ grants the daemon's bounding set); there, as a fallback, nodes get
+    every capability the host has, unconfined seccomp/apparmor and system
+    paths, access to all devices and /dev/kmsg, and the entrypoint remounts
+    the cgroup hierarchies read-write. ``true`` / ``false`` force either way.
+
+They also arrive as ``MachineSpec.options`` (merged over the provider's) and as
+keywords of ``node_image``. An unknown key or a bad value fails naming
+``spec.provider.options.<key>``.
+"""
 from __future__ import annotations
 
 import difflib
 import ipaddress
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from providers.base import OptionError
@@ -171,3 +223,77 @@ def _known_keys(m: Mapping[str, Any], path: str, known: list[str], what: str) ->
     for k in m:
         if k not in known:
             raise OptionError(f"{path}.{k}", m[k], _one_of_keys(k, known, what))
+
+
+# --- typed options, resolved per role
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path in the node (``extra_mounts``); host_path is absolute."""
+    host_path: str
+    container_path: str
+    readonly: bool = False
+    propagation: str | None = None
+
+
+@dataclass(frozen=True)
+class Port:
+    """A node port published on the host (``extra_ports``); host_port 0 picks a free one."""
+    container_port: int
+    protocol: str = "tcp"
+    listen_address: str = "127.0.0.1"
+    host_port: int = 0
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """The options of one role's machines (or the provider's own, without a role)."""
+    image: str | None = None
+    lb_image: str | None = None
+    cgroupns: str = "private"
+    privileged: bool | str = "auto"  # True, False or "auto"
+    boot_timeout: float = 120
+    stop_timeout: int = 30
+    wait: bool = True
+    subnet: str | None = None
+    ipv6_subnet: str | None = None
+    mtu: int = 1500
+    memory: int | str | None = None
+    cpus: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    networks: tuple[str, ...] = ()
+    extra_mounts: tuple[Mount, ...] = ()
+    extra_ports: tuple[Port, ...] = ()
+
+
+def resolve(options: Mapping[str, Any] | None, role: str | None = None) -> DockerOptions:
+    """The typed options: ``roles[role]`` merged over the top-level ones, defaults filled in."""
+    opts = dict(options or {})
+    if role:
+        opts.update((opts.get("roles") or {}).get(role) or {})
+    privileged = opts.get("privileged", "auto")
+    return DockerOptions(
+        image=opts.get("image") or None, lb_image=opts.get("lb_image") or None,
+        cgroupns=opts.get("cgroupns", "private"),
+        privileged=True if privileged is True or privileged == "true" else "auto" if privileged == "auto" else False,
+        boot_timeout=float(opts.get("boot_timeout", 120)), stop_timeout=int(opts.get("stop_timeout", 30)),
+        wait=bool(opts.get("wait", True)), subnet=opts.get("subnet") or None,
+        ipv6_subnet=opts.get("ipv6_subnet") or None, mtu=int(opts.get("mtu", 1500)),
+        memory=opts.get("memory") or None, cpus=float(opts["cpus"]) if opts.get("cpus") else None,
+        env={str(k): str(v) for k, v in (opts.get("env") or {}).items()},
+        networks=tuple(opts.get("networks") or ()),
+        extra_mounts=tuple(_mount(m) for m in opts.get("extra_mounts") or ()),
+        extra_ports=tuple(_port(p) for p in opts.get("extra_ports") or ()))
+
+
+def _mount(m: Mapping[str, Any]) -> Mount:
+    return Mount(host_path=os.path.abspath(m.get("host_path") or m.get("hostPath")),
+                 container_path=m.get("container_path") or m.get("containerPath"),
+                 readonly=bool(m.get("readonly") or m.get("readOnly")), propagation=m.get("propagation"))
+
+
+def _port(p: Mapping[str, Any]) -> Port:
+    return Port(container_port=int(p.get("container_port") or p.get("containerPort")),
+                protocol=p.get("protocol", "tcp").lower(),
+                listen_address=p.get("listen_address") or p.get("listenAddress") or "127.0.0.1",
+                host_port=int(p.get("host_port") or p.get("hostPort") or 0))

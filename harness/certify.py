@@ -6,7 +6,7 @@ log), ``junit_01.xml`` (the e2e framework's report), ``PRODUCT.yaml`` (who
 certifies what) and ``README.md`` (how to reproduce).  Certify mode runs
 every ``[Conformance]`` spec serially, once, with no skip, as the conformance
 image's go-runner does for ``sonobuoy --mode=certified-conformance`` and
-``hydrophone --conformance`` (:meth:`harness.conformance.E2ERunner.upstream_command`),
+``hydrophone --conformance`` (:meth:`harness.e2e_runner.E2ERunner.upstream_command`),
 and writes ``$ARTIFACTS/conformance/certify/`` with exactly those four files:
 the first two from the run itself (the ginkgo output and ``--report-dir``),
 the last two as skeletons filled with what the harness knows (versions, the
@@ -33,7 +33,9 @@ from typing import Sequence
 import yaml
 
 from . import __version__
-from .conformance import CERTIFY_SELFTEST_ENV, CONFORMANCE_FOCUS, PhaseResult, counts
+from .conformance import CERTIFY_SELFTEST_ENV, CONFORMANCE_FOCUS
+from .e2e_results import counts
+from .e2e_runner import PhaseResult
 from .spec import SpecError
 
 SUBMISSION_FILES = ("e2e.log", "junit_01.xml", "PRODUCT.yaml", "README.md")
@@ -178,7 +180,7 @@ def product_yaml(facts: Facts, selftest: str | None = None) -> str:
 def readme(facts: Facts, run: PhaseResult, selftest: str | None = None) -> str:
     """README.md: how the cluster was made and the tests were run, the
     versions and the result; TODO where the vendor describes the product."""
-    from .conformance import _fmt, _q
+    from .e2e_runner import _fmt, _q
     c = counts(run.results)
     failed = [r for r in run.results if r.outcome == "failed"]
     lines = [f"# Conformance results for {facts.minor}/{TODO}: product name", ""]

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .conformance import Phase, PhaseResult, SpecResult, E2ERunner, summary, write_prow_junit
+from .e2e_results import SpecResult, summary, write_prow_junit
+from .e2e_runner import E2ERunner, Phase, PhaseResult
 
 log = logging.getLogger("harness.e2e_kubeadm")
 

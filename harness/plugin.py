@@ -451,7 +451,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         suite, results = getattr(item, "_kh_e2e_specs", ("", ()))
         if results:
-            from .conformance import emit_spec_reports
+            from .e2e_reports import emit_spec_reports
             emit_spec_reports(item, results, suite)
 
 

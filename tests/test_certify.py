@@ -20,6 +20,7 @@ import yaml
 
 from harness import __version__, certify
 from harness import conformance as c
+from harness import e2e_results, e2e_runner
 from harness.build import e2e as e2e_build
 from harness.spec import SpecError
 
@@ -117,7 +118,7 @@ def test_certify_command_is_the_go_runners(tmp_path):
     (phase,) = c.phases_for("certify", nodes=3)
     assert (phase.name, phase.focus, phase.skip, phase.nodes, phase.upstream) == \
         ("certify", r"\[Conformance\]", "", 1, True)
-    runner = c.E2ERunner(Path("/e2e/e2e.test"), Path("/k/kubeconfig"), tmp_path, ginkgo=Path("/g/ginkgo"),
+    runner = e2e_runner.E2ERunner(Path("/e2e/e2e.test"), Path("/k/kubeconfig"), tmp_path, ginkgo=Path("/g/ginkgo"),
                          kubectl=Path("/b/kubectl"), extra_args=["--allowed-not-ready-nodes=1"])
     cmd = runner.command(phase, tmp_path / "certify")
     assert cmd[0] == "/g/ginkgo" and cmd.count("/e2e/e2e.test") == 1 and cmd.count("--") == 1
@@ -166,7 +167,7 @@ def test_certify_selects_exactly_the_releases_conformance_tests(tmp_path):
     version = kube.default_version()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
-    res = c.E2ERunner(e2e, kubeconfig, tmp_path, ginkgo=ginkgo, dry_run=True).run(c.certify_phase())
+    res = e2e_runner.E2ERunner(e2e, kubeconfig, tmp_path, ginkgo=ginkgo, dry_run=True).run(c.certify_phase())
     assert res.returncode == 0, res.log_path.read_text()[-3000:]
     assert res.command[0] == str(ginkgo) and "--dry-run=true" in res.command
     expected = _conformance_list(version)
@@ -190,15 +191,15 @@ FACTS = certify.Facts(
             "runtime": "containerd://2.4.2", "kubelet": "v1.37.2", "arch": "amd64"}])
 
 
-def _run_in(d: Path, junit: Path) -> c.PhaseResult:
+def _run_in(d: Path, junit: Path) -> e2e_runner.PhaseResult:
     """A certify phase's result as the runner leaves it: e2e.log and
     junit_01.xml in the phase directory (a real report of this harness's e2e)."""
     d.mkdir(parents=True)
     (d / "e2e.log").write_text("e2e test version: v1.37.2\n")
     (d / "junit_01.xml").write_bytes(junit.read_bytes())
     cmd = ["/g/ginkgo", r"--focus=\[Conformance\]", "--skip=", "/e2e.test", "--", "--report-dir=" + str(d)]
-    return c.PhaseResult(c.certify_phase(), 1, 3600.0, d / "e2e.log", d / "junit_01.xml",
-                         c.parse_junit(d / "junit_01.xml"), command=cmd)
+    return e2e_runner.PhaseResult(c.certify_phase(), 1, 3600.0, d / "e2e.log", d / "junit_01.xml",
+                         e2e_results.parse_junit(d / "junit_01.xml"), command=cmd)
 
 
 def test_skeletons_in_the_submission_layout(tmp_path):
@@ -299,7 +300,7 @@ def test_certify_selftest_on_a_real_cluster(tmp_path, write_spec):
     root = ET.parse(d / "junit_01.xml").getroot()
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert props["FocusStrings"] == f"({selftest_focus()}).*" + r"\[Conformance\]" and props["SkipStrings"] == ""
-    results = c.parse_junit(d / "junit_01.xml")
+    results = e2e_results.parse_junit(d / "junit_01.xml")
     assert len(results) == len(SELFTEST_SPECS) and all(r.outcome == "passed" for r in results), results
     # each spec is its own pytest result (the session's JUnit in $ARTIFACTS, by the harness plugin)
     cases = {tc.get("name"): tc for tc in ET.parse(art / "junit_conformance.xml").getroot().iter("testcase")}

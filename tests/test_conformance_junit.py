@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from harness import conformance as c
+from harness import e2e_results, e2e_runner
 from harness.build import e2e as e2e_build
 
 DATA = Path(__file__).parent / "data" / "conformance"
@@ -48,49 +49,49 @@ def dryrun_report(tmp_path) -> Path:
 
 
 def test_dry_run_report_lists_exactly_the_smoke_specs(dryrun_report):
-    results = c.parse_junit(dryrun_report)
+    results = e2e_results.parse_junit(dryrun_report)
     names = [r.name for r in results]
     assert len(names) == len(RECORDED_SMOKE), names
     for spec in RECORDED_SMOKE:
         assert [n for n in names if n.startswith(spec)], f"{spec} missing from {names}"
     assert all(r.outcome == "passed" and r.node_type == "It" for r in results)
     assert all(n.endswith("[Conformance]") for n in names)  # label suffix "[sig-x, Conformance]" stripped
-    assert c.summary(results) == f"conformance: {len(RECORDED_SMOKE)} passed, 0 failed, 0 skipped"
+    assert e2e_results.summary(results) == f"conformance: {len(RECORDED_SMOKE)} passed, 0 failed, 0 skipped"
 
 
 def test_filtered_specs_can_be_kept(dryrun_report):
-    everything = c.parse_junit(dryrun_report, include_not_run=True)
+    everything = e2e_results.parse_junit(dryrun_report, include_not_run=True)
     assert len(everything) > 7000
-    assert c.counts(everything)["skipped"] == len(everything) - len(RECORDED_SMOKE)
+    assert e2e_results.counts(everything)["skipped"] == len(everything) - len(RECORDED_SMOKE)
 
 
 def test_labels_and_sig(dryrun_report):
-    r = next(r for r in c.parse_junit(dryrun_report) if r.name.startswith("[sig-node] Pods should get a host IP"))
+    r = next(r for r in e2e_results.parse_junit(dryrun_report) if r.name.startswith("[sig-node] Pods should get a host IP"))
     assert r.labels == ("sig-node", "NodeConformance", "Conformance")
     assert r.sig == "sig-node"
 
 
 def test_before_suite_failure_is_a_failure():
-    results = c.parse_junit(DATA / "nocluster.ginkgo-junit.xml", phase="smoke")
+    results = e2e_results.parse_junit(DATA / "nocluster.ginkgo-junit.xml", phase="smoke")
     assert [r.name for r in results] == ["[SynchronizedBeforeSuite]"]
     r = results[0]
     assert r.outcome == "failed" and r.state == "failed"
     assert "connection refused" in r.message
     assert "e2e.go:" in r.detail and r.location.startswith("k8s.io/kubernetes@v1.34.4/test/e2e/e2e.go:")
-    assert c.summary(results) == "conformance: 0 passed, 1 failed, 0 skipped"
+    assert e2e_results.summary(results) == "conformance: 0 passed, 1 failed, 0 skipped"
 
 
 def test_cluster_smoke_report():
-    results = c.parse_junit(DATA / "smoke-cluster.junit_01.xml")
-    assert c.counts(results) == {"passed": len(RECORDED_SMOKE), "failed": 0, "skipped": 0}
+    results = e2e_results.parse_junit(DATA / "smoke-cluster.junit_01.xml")
+    assert e2e_results.counts(results) == {"passed": len(RECORDED_SMOKE), "failed": 0, "skipped": 0}
     assert all(r.seconds > 0 for r in results)
     for spec in RECORDED_SMOKE:
         assert [r for r in results if r.name.startswith(spec)], spec
 
 
 def test_cluster_failure_names_the_spec():
-    results = c.parse_junit(DATA / "kubectl-failure.junit_01.xml")
-    assert c.summary(results) == "conformance: 2 passed, 1 failed, 0 skipped"
+    results = e2e_results.parse_junit(DATA / "kubectl-failure.junit_01.xml")
+    assert e2e_results.summary(results) == "conformance: 2 passed, 1 failed, 0 skipped"
     (bad,) = [r for r in results if r.outcome == "failed"]
     assert bad.name == "[sig-cli] Kubectl client Kubectl version should check is all data is printed [Conformance]"
     assert "fork/exec /nonexistent/kubectl: no such file or directory" in bad.message
@@ -100,8 +101,8 @@ def test_cluster_failure_names_the_spec():
 
 
 def test_prow_junit_roundtrip(tmp_path, dryrun_report):
-    results = c.parse_junit(dryrun_report) + c.parse_junit(DATA / "nocluster.ginkgo-junit.xml")
-    out = c.write_prow_junit(results, tmp_path / "junit_conformance_e2e.xml", properties={"mode": "smoke"})
+    results = e2e_results.parse_junit(dryrun_report) + e2e_results.parse_junit(DATA / "nocluster.ginkgo-junit.xml")
+    out = e2e_results.write_prow_junit(results, tmp_path / "junit_conformance_e2e.xml", properties={"mode": "smoke"})
     root = ET.parse(out).getroot()
     suite = root.find("testsuite")
     assert suite.get("name") == "conformance"
@@ -109,24 +110,24 @@ def test_prow_junit_roundtrip(tmp_path, dryrun_report):
     failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
     assert failed[0].get("name") == "[SynchronizedBeforeSuite]"
     assert "connection refused" in failed[0].find("failure").get("message")
-    again = c.parse_junit(out)  # our own output parses back to the same outcomes
+    again = e2e_results.parse_junit(out)  # our own output parses back to the same outcomes
     assert [(r.name, r.outcome) for r in again] == [(r.name, r.outcome) for r in results]
 
 
 def test_progress_tracker_on_real_output():
     lines = gzip.decompress((DATA / "dryrun-smoke.e2e.log.gz").read_bytes()).decode().splitlines(True)
-    t = c.ProgressTracker("smoke")
+    t = e2e_runner.ProgressTracker("smoke")
     for line in lines:
         t.feed(line)
     assert t.total == len(RECORDED_SMOKE) == t.done
     assert not t.failed
-    assert {n for n, _, _ in t.finished} == {r.name for r in c.parse_junit(
+    assert {n for n, _, _ in t.finished} == {r.name for r in e2e_results.parse_junit(
         _gunzip(DATA / "dryrun-smoke.ginkgo-junit.xml.gz"))}
 
 
 def test_progress_tracker_parallel_order():
     """ginkgo's parallel (non-streamed) report puts the outcome first."""
-    t = c.ProgressTracker("parallel")
+    t = e2e_runner.ProgressTracker("parallel")
     for line in ["Will run 2 of 7144 specs\n", "------------------------------\n", "• [3.2 seconds]\n",
                  "[sig-node] Pods should get a host IP [NodeConformance] [Conformance] [sig-node, Conformance]\n",
                  "k8s.io/kubernetes@v1.34.4/test/e2e/common/node/pods.go:205\n",
@@ -175,7 +176,7 @@ def test_fresh_dry_run(tmp_path):
         pytest.skip("no e2e.test built (python -m harness.build --e2e)")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
-    runner = c.E2ERunner(e2e, kubeconfig, tmp_path / "out", dry_run=True)
+    runner = e2e_runner.E2ERunner(e2e, kubeconfig, tmp_path / "out", dry_run=True)
     res = runner.run(c.phases_for("smoke")[0])
     assert res.returncode == 0, res.log_path.read_text()[-3000:]
     names = [r.name for r in res.results]
@@ -186,7 +187,7 @@ def test_fresh_dry_run(tmp_path):
 
 
 HOOK_TEST = '''
-from harness.conformance import parse_junit
+from harness.e2e_results import parse_junit
 import gzip, pathlib
 
 def test_conformance(request):
@@ -208,8 +209,8 @@ def test_each_spec_becomes_a_pytest_result(tmp_path):
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     out = p.stdout + p.stderr
     expected = [r for name in ("nocluster.ginkgo-junit.xml", "smoke-cluster.junit_01.xml",
-                               "kubectl-failure.junit_01.xml") for r in c.parse_junit(DATA / name)]
-    cnt = c.counts(expected)
+                               "kubectl-failure.junit_01.xml") for r in e2e_results.parse_junit(DATA / name)]
+    cnt = e2e_results.counts(expected)
     assert cnt == {"passed": 15, "failed": 2, "skipped": 0}
     assert p.returncode == 1, out
     assert "test_inner.py::test_conformance::[SynchronizedBeforeSuite]" in out

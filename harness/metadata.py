@@ -111,7 +111,7 @@ def session_values(config: pytest.Config) -> dict[str, str]:
     """The session's metadata: versions, provider, mode, and what was recorded."""
     values = {"kube-harness-version": __version__, "kube-harness-commit": harness_commit()}
     try:
-        from .plugin import session_spec  # the session's validated spec, with its command-line overrides
+        from .session import session_spec  # the session's validated spec, with its command-line overrides
         spec = session_spec(config)
         values.update({"k8s-version": spec.version, "job-version": spec.version, "revision": spec.version,
                        "kube-harness-provider": spec.provider})

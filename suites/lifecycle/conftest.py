@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugin import ClusterFactory
+from harness.cluster_factory import ClusterFactory
 
 
 @pytest.fixture(scope="module")

@@ -200,7 +200,7 @@ class KubeadmBootstrapper:
         h = f"[{host}]" if ":" in host else host
         for c in kc.get("clusters") or []:
             c["cluster"]["server"] = f"https://{h}:{port}"
-        cluster.write_kubeconfig(yaml.safe_dump(kc, sort_keys=False))  # old clients pointed elsewhere
+        cluster.set_kubeconfig(yaml.safe_dump(kc, sort_keys=False))  # old clients pointed elsewhere
         log.info(f"kubeconfig {cluster.kubeconfig_path} -> https://{h}:{port}",
                  extra={"cluster": cluster.name, "phase": "kubeconfig"})
 

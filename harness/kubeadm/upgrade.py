@@ -66,9 +66,7 @@ def upgrade(cluster: Cluster, target: str, timeout: float = 900) -> None:
             _install(cluster, m, bindir, ["kubelet", "kubectl"])
             cluster.exec(m, "systemctl daemon-reload && systemctl restart kubelet")
             until(lambda: _node_at(cluster, m.name, target), 300, f"node {m.name} Ready at {target}")
-    cluster.spec = cluster.spec.with_overrides(version=target)
-    for md in cluster.deployments.values():
-        md.version = target
+    cluster.set_version(target)
 
 
 def _node_at(cluster: Cluster, name: str, version: str) -> bool:

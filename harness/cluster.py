@@ -46,7 +46,8 @@ def write_private(path: Path, text: str) -> None:
 
 class Cluster:
     """A provisioned cluster: its spec, machines, exec and (once bootstrapped)
-    kubeconfig and Kubernetes API clients."""
+    kubeconfig and Kubernetes API clients. Its state (spec version, replica
+    counts, kubeconfig, bootstrapped) changes through its methods only."""
 
     def __init__(self, spec: ClusterSpec, provider: MachineProvider, owner: Owner,
                  state_dir: Path | None = None):
@@ -83,6 +84,20 @@ class Cluster:
             kind = "an odd number (etcd quorum)" if cp else "an integer"
             raise SpecError(f"replicas for {deployment}", replicas,
                             f"{kind} from {low} to {high} (at most {MAX_MACHINES} machines in all)")
+
+    def set_replicas(self, deployment: str, replicas: int) -> None:
+        """A MachineDeployment's desired replicas (checked by :meth:`check_replicas`)."""
+        self.check_replicas(deployment, replicas)
+        self.deployments[deployment].replicas = replicas
+
+    def set_version(self, version: str) -> None:
+        """The Kubernetes version the cluster runs now (after an upgrade)."""
+        self.spec = self.spec.with_overrides(version=version)
+        for md in self.deployments.values():
+            md.version = version
+
+    def mark_bootstrapped(self) -> None:
+        self.bootstrapped = True
 
     # machines
     def machines(self, role: str | None = None, deployment: str | None = None) -> list[Machine]:
@@ -130,10 +145,11 @@ class Cluster:
     def kubeconfig_path(self) -> Path:
         return self.state_dir / "kubeconfig"
 
-    def write_kubeconfig(self, text: str) -> None:
-        """The admin kubeconfig (0600); API clients made before are dropped."""
+    def set_kubeconfig(self, text: str) -> Path:
+        """The admin kubeconfig (0600); API clients made before are dropped. Returns its path."""
         write_private(self.kubeconfig_path, text)
         self._client = None
+        return self.kubeconfig_path
 
     @property
     def kubeconfig(self) -> str:

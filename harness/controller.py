@@ -118,7 +118,8 @@ class MachineController:
             else:
                 self.teardown(cluster)
             raise
-        cluster.bootstrapped = self.bootstrapper.name != "none"
+        if self.bootstrapper.name != "none":
+            cluster.mark_bootstrapped()
         cluster.timings["provision"] = round(time.monotonic() - t0, 2)
         return cluster
 
@@ -150,7 +151,8 @@ class MachineController:
         cluster = Cluster(spec, self.provider, self.owner)
         if not cluster.machines():
             raise ProvisionError(f"no machines found for cluster {spec.namespace}/{spec.name}")
-        cluster.bootstrapped = cluster.kubeconfig_path.exists()
+        if cluster.kubeconfig_path.exists():
+            cluster.mark_bootstrapped()
         return cluster
 
     def teardown(self, cluster: Cluster | ClusterSpec) -> list[str]:
@@ -189,8 +191,7 @@ class MachineController:
         Scaling down drains and removes the machines beyond the count."""
         if deployment not in cluster.deployments:
             raise KeyError(f"no MachineDeployment {deployment!r}; have {sorted(cluster.deployments)}")
-        cluster.check_replicas(deployment, replicas)  # before anything is created or deleted
-        cluster.deployments[deployment].replicas = replicas
+        cluster.set_replicas(deployment, replicas)  # checked before anything is created or deleted
         return self.reconcile(cluster)
 
     def reconcile(self, cluster: Cluster) -> list[Machine]:

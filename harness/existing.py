@@ -23,7 +23,7 @@ from kubernetes import client, config as kconfig
 from providers.base import Owner
 
 from . import versions
-from .cluster import Cluster, write_private
+from .cluster import Cluster
 from .reached import CONTROL_PLANE_LABEL, NodeMachines
 from .spec import ClusterSpec, MachineDeploymentSpec, SpecError
 
@@ -121,10 +121,11 @@ def existing_cluster(kubeconfig: str | Path, owner: Owner, *, machine_access: bo
     """The handle on the cluster ``kubeconfig`` reaches (see the module doc)."""
     spec = describe(kubeconfig)
     state = Path(tempfile.gettempdir()) / "kube-harness" / f"given-{spec.name}"
-    write_private(state / "kubeconfig", Path(kubeconfig).expanduser().read_text())
-    api = kconfig.new_client_from_config(str(state / "kubeconfig"))
+    path = Path(kubeconfig).expanduser()
+    api = kconfig.new_client_from_config(str(path))
     machines = NodeMachines(api, spec.name, deployments={d.role: d.name for d in spec.deployments},
                             access=machine_access)
     cluster = Cluster(spec, machines, owner, state_dir=state)
-    cluster.bootstrapped = True
+    cluster.set_kubeconfig(path.read_text())
+    cluster.mark_bootstrapped()
     return cluster

@@ -69,6 +69,11 @@ def test_build_help_and_go_modules_from_the_installed_package(installed):
             (ROOT / "harness/build/sources" / module / "go.mod").read_bytes()
         assert (sources / module / "go.sum").is_file()
     assert (sources / "busybox-sh" / "sh.c").is_file()
+    p = _run([str(bindir / "python"), "-c", "from harness.kubeadm import cni; print(cni.FILES)"], work, env)
+    cni_files = Path(p.stdout.strip())
+    assert cni_files.is_relative_to(bindir.parent)
+    for name in ("kh-cni-sync.sh", "kh-cni-agent.sh", "kh-cni.service"):
+        assert (cni_files / name).read_bytes() == (ROOT / "harness/kubeadm/cni_files" / name).read_bytes()
 
 
 def test_cached_build_from_the_installed_package(installed):

@@ -96,7 +96,7 @@ class CapiController:
             with phase("cluster-api", cluster=spec.name, timings=cluster.timings), _named_variables(m):
                 workload.generate(m.clusterctl, self.api, spec.name, spec.namespace, spec.version,
                                   spec.control_plane.replicas, sum(d.replicas for d in spec.workers),
-                                  state_dir=cluster.state_dir, flavor=m.flavor, template=m.template,
+                                  store_kubeconfig=cluster.set_kubeconfig, flavor=m.flavor, template=m.template,
                                   infrastructure=m.infrastructure, cgroup_v1=m.container_cgroup_v1,
                                   network=(spec.pod_cidr, spec.service_cidr, spec.service_domain),
                                   timeout=self.ready_timeout, delete_on_failure=not (keep_on_failure or
@@ -110,7 +110,7 @@ class CapiController:
                 except Exception as e:
                     log.warning(f"collecting failure artifacts failed: {e}")
             raise
-        cluster.bootstrapped = True
+        cluster.mark_bootstrapped()
         cluster.timings["provision"] = round(time.monotonic() - t0, 2)
         return cluster
 
@@ -122,8 +122,8 @@ class CapiController:
         if self._cluster_object(spec.name, spec.namespace) is None:
             raise ProvisionError(f"no Cluster {spec.namespace}/{spec.name} in the {self.management}")
         if not cluster.kubeconfig_path.exists():
-            cluster.write_kubeconfig(self.management.clusterctl.kubeconfig_of(spec.name, spec.namespace))
-        cluster.bootstrapped = True
+            cluster.set_kubeconfig(self.management.clusterctl.kubeconfig_of(spec.name, spec.namespace))
+        cluster.mark_bootstrapped()
         return cluster
 
     def teardown(self, cluster: Cluster | ClusterSpec) -> list[str]:
@@ -159,7 +159,7 @@ class CapiController:
         before = {m.name for m in cluster.machines(deployment=deployment)}
         with phase("scale", cluster=cluster.name):
             self._set_replicas(cluster, md.role, deployment, replicas)
-            md.replicas = replicas
+            cluster.set_replicas(deployment, replicas)
             now = self._wait_machines(cluster, deployment, replicas, f"{deployment} at {replicas} replicas")
         return [m for m in now if m.name not in before]
 

@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import yaml
 from kubernetes import client, config as kconfig, dynamic
@@ -155,13 +156,18 @@ def create(ctl: Clusterctl, management: Cluster, name: str, namespace: str, kube
 
 
 def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, kubernetes_version: str,
-             control_planes: int, workers: int, *, state_dir: Path, flavor: str = "", template: str = "",
-             infrastructure: str = "", cgroup_v1: bool | None = None,
+             control_planes: int, workers: int, *, state_dir: Path | None = None, flavor: str = "",
+             template: str = "", infrastructure: str = "", cgroup_v1: bool | None = None,
              network: tuple[str, str, str] | None = None, timeout: float = 900,
-             delete_on_failure: bool = True) -> Workload:
+             delete_on_failure: bool = True, store_kubeconfig: Callable[[str], Path] | None = None) -> Workload:
     """Generate (``clusterctl generate cluster``), apply and wait (see module doc).
     ``cgroup_v1`` None: no node-container patches; ``network``: (pods, services, domain)
-    for the Cluster's clusterNetwork."""
+    for the Cluster's clusterNetwork. The workload's kubeconfig goes to ``store_kubeconfig``
+    (its handle's ``set_kubeconfig``), else to ``state_dir``/kubeconfig."""
+    if store_kubeconfig is None:
+        if state_dir is None:
+            raise TypeError("generate() needs state_dir or store_kubeconfig")
+        store_kubeconfig = _kubeconfig_in(state_dir)
     with phase("capi-workload", cluster=name):
         raw = ctl.generate_cluster(name, namespace, kubernetes_version, control_planes, workers, flavor,
                                    infrastructure=infrastructure, template=template)
@@ -174,7 +180,7 @@ def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, 
         ensure_namespace(api, namespace)
         apply(api, docs)
         try:
-            return _wait(ctl, api, name, namespace, docs, pods, services, state_dir, timeout)
+            return _wait(ctl, api, name, namespace, docs, pods, services, store_kubeconfig, timeout)
         except BaseException:
             # the controllers take back what they made (machines, load balancer)
             if delete_on_failure:
@@ -183,12 +189,19 @@ def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, 
             raise
 
 
+def _kubeconfig_in(state_dir: Path) -> Callable[[str], Path]:
+    def store(text: str) -> Path:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        write_private(state_dir / "kubeconfig", text)
+        return state_dir / "kubeconfig"
+    return store
+
+
 def _wait(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, docs: list[dict], pods: str,
-          services: str, state_dir: Path, timeout: float) -> Workload:
+          services: str, store_kubeconfig: Callable[[str], Path], timeout: float) -> Workload:
     """Wait for the machines, installing the CNI once the workload API answers."""
     custom = client.CustomObjectsApi(api)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    kubeconfig = state_dir / "kubeconfig"
+    kubeconfig: Path | None = None
     end = time.monotonic() + timeout
     cni_installed, last = False, ""
     with phase("capi-machines", cluster=name):
@@ -199,7 +212,7 @@ def _wait(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, doc
                 last = line
             if not cni_installed:
                 try:
-                    write_private(kubeconfig, ctl.kubeconfig_of(name, namespace))
+                    kubeconfig = store_kubeconfig(ctl.kubeconfig_of(name, namespace))
                     api = kconfig.new_client_from_config(str(kubeconfig))
                     cni_daemonset.install(api, pods, services, _kube_proxy_image(api))
                     cni_installed = True

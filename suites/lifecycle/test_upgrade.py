@@ -6,7 +6,7 @@ import os
 import pytest
 from kubernetes import client
 
-from harness.kubeadm.upgrade import UpgradeError, check_skew, upgrade
+from harness.kubeadm.actions.upgrade import UpgradeError, check_skew, upgrade
 from harness.versions import PREVIOUS_VERSION
 from harness.waits import nodes_state
 

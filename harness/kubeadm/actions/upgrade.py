@@ -1,4 +1,4 @@
-"""kubeadm upgrade of a running cluster by one minor version, as kinder's
+"""The ``upgrade`` action: kubeadm upgrade of a running cluster by one minor version, as kinder's
 upgrade action does: new images and kubeadm onto every node, ``kubeadm
 upgrade apply`` on the first control plane, ``kubeadm upgrade node`` on the
 rest, then the new kubelet and kubectl, node by node."""
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 
-from ..build import images, kube
-from ..cluster import Cluster
-from ..images_load import load_images
-from ..progress import phase
-from ..versions import VERSION_RE
-from ..waits import node_ready, until
-from . import preflight
+from harness.build import images, kube
+from harness.cluster import Cluster
+from harness.images_load import load_images
+from harness.progress import phase
+from harness.versions import VERSION_RE
+from harness.waits import node_ready, until
+
+from .. import preflight
 
 log = logging.getLogger("harness.upgrade")
 
@@ -66,9 +67,7 @@ def upgrade(cluster: Cluster, target: str, timeout: float = 900) -> None:
             _install(cluster, m, bindir, ["kubelet", "kubectl"])
             cluster.exec(m, "systemctl daemon-reload && systemctl restart kubelet")
             until(lambda: _node_at(cluster, m.name, target), 300, f"node {m.name} Ready at {target}")
-    cluster.spec = cluster.spec.with_overrides(version=target)
-    for md in cluster.deployments.values():
-        md.version = target
+    cluster.set_version(target)
 
 
 def _node_at(cluster: Cluster, name: str, version: str) -> bool:

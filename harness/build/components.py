@@ -81,13 +81,11 @@ def build_pause(kube_module_dir: Path, version: str) -> Path:
         raise BuildError("gcc is needed to build pause (apt-get install gcc libc6-dev; ci/setup.sh does)")
     gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     key = digest("pause-v1", version, src.read_bytes(), gcc)
-    out = cache_dir() / "pause" / f"{version}-{key[:12]}"
-    if is_complete(out):
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    run(["gcc", "-Os", "-Wall", "-static", f"-DVERSION=v{version}", "-o", str(out / "pause"), str(src)],
-        what="gcc pause")
-    run(["strip", str(out / "pause")], what="strip pause")
-    mark_complete(out, {"version": version})
-    log.info(f"built pause {version}", extra={"phase": "build-pause"})
-    return out
+
+    def build(tmp: Path) -> dict:
+        run(["gcc", "-Os", "-Wall", "-static", f"-DVERSION=v{version}", "-o", str(tmp / "pause"), str(src)],
+            what="gcc pause")
+        run(["strip", str(tmp / "pause")], what="strip pause")
+        log.info(f"built pause {version}", extra={"phase": "build-pause"})
+        return {"version": version}
+    return produce(cache_dir() / "pause" / f"{version}-{key[:12]}", build)

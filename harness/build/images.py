@@ -112,7 +112,8 @@ def build_component_images(version: str, kube_dir: Path | None = None) -> list[s
     bindir = kube_dir / "bin"
     wanted = kube.kubeadm_images(bindir, version)
     tags = []
-    with phase("component-images", machine=version):
+    # one builder at a time per version (setup and a test session may both ask)
+    with lock(f"component-images-{version}"), phase("component-images", machine=version):
         for name, tag in sorted(wanted.items()):
             ver = tag.rsplit(":", 1)[1]
             if name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):

@@ -19,15 +19,13 @@ IfNotPresent`` or ``Never``.
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
-import os
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
+
+from . import cache
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.cluster import Cluster
@@ -35,29 +33,19 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("harness.build.testimages")
 
 REPOSITORY = "kube-harness/busybox"
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 PACKAGE = "busybox-static"
 _PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
-
-
-class TestImageError(RuntimeError):
-    pass
+_DIRS = (("bin", 0o755), ("dev", 0o755), ("etc", 0o755), ("proc", 0o555), ("root", 0o700), ("sys", 0o555),
+         ("tmp", 0o1777), ("usr", 0o755), ("usr/bin", 0o755), ("sbin", 0o755), ("var", 0o755),
+         ("var/www", 0o755))
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("KUBE_HARNESS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kube-harness")
-    d = Path(root) / "test-images"
-    d.mkdir(parents=True, exist_ok=True)
+    d = cache.cache_dir() / "test-images"
+    d.mkdir(exist_ok=True)
     return d
-
-
-def _run(cmd: list[str], *, cwd: Path | None = None, input: bytes | None = None, timeout: float = 600) -> bytes:
-    p = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=timeout)
-    if p.returncode != 0:
-        raise TestImageError(f"{' '.join(cmd)} exited {p.returncode}: "
-                             f"{(p.stderr or p.stdout).decode(errors='replace')[-2000:]}")
-    return p.stdout
 
 
 def busybox_deb() -> Path:
@@ -67,82 +55,58 @@ def busybox_deb() -> Path:
     debs = sorted(d.glob(f"{PACKAGE}_*.deb"))
     if debs:
         return debs[-1]
-    from filelock import FileLock
-    with FileLock(str(d / ".download.lock"), timeout=600):
+    with cache.lock("test-images-debs", timeout=600):
         debs = sorted(d.glob(f"{PACKAGE}_*.deb"))
         if not debs:
             # as root, apt drops to _apt which cannot write here; that only warns
-            _run(["apt-get", "download", "-q", PACKAGE], cwd=d)
+            cache.run(["apt-get", "download", "-q", PACKAGE], cwd=d, what=f"apt-get download {PACKAGE}")
             debs = sorted(d.glob(f"{PACKAGE}_*.deb"))
     if not debs:
-        raise TestImageError(f"apt-get download {PACKAGE} left no .deb in {d}")
+        raise cache.BuildError(f"apt-get download {PACKAGE} left no .deb in {d}")
     return debs[-1]
 
 
 def _recipe_hash(deb: Path) -> str:
-    h = hashlib.sha256()
-    for part in (RECIPE_VERSION, deb.name, _PASSWD, _GROUP, Path(__file__).read_bytes()):
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()
+    return cache.digest(RECIPE_VERSION, deb.name, _PASSWD, _GROUP, Path(__file__))
 
 
 def busybox_tag(deb: Path | None = None) -> str:
     return f"{REPOSITORY}:{_recipe_hash(deb or busybox_deb())[:12]}"
 
 
-def _image_exists(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
-
-
-def _rootfs_tar(deb: Path) -> bytes:
+def _write_rootfs(deb: Path, out: Path) -> None:
+    """The image's rootfs: busybox with every applet linked in /bin, passwd, group, a web root."""
     with tempfile.TemporaryDirectory(prefix="kh-busybox-") as d:
-        _run(["dpkg-deb", "-x", str(deb), d])
+        cache.run(["dpkg-deb", "-x", str(deb), d], what=f"dpkg-deb -x {deb.name}")
         bb = next((p for p in (Path(d) / "bin/busybox", Path(d) / "usr/bin/busybox") if p.exists()), None)
         if bb is None:
-            raise TestImageError(f"{deb.name} has no bin/busybox")
-        applets = sorted(set(_run([str(bb), "--list"]).decode().split()) - {"busybox", "linuxrc", "init"})
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            def add(name: str, *, data: bytes | None = None, mode: int = 0o644, link: str | None = None,
-                    dir: bool = False) -> None:
-                ti = tarfile.TarInfo(name)
-                ti.mode, ti.uid, ti.gid, ti.mtime = mode, 0, 0, 0
-                if dir:
-                    ti.type = tarfile.DIRTYPE
-                    tf.addfile(ti)
-                elif link is not None:
-                    ti.type, ti.linkname = tarfile.SYMTYPE, link
-                    tf.addfile(ti)
-                else:
-                    ti.size = len(data or b"")
-                    tf.addfile(ti, io.BytesIO(data or b""))
-            for dname, mode in (("bin", 0o755), ("dev", 0o755), ("etc", 0o755), ("proc", 0o555),
-                                ("root", 0o700), ("sys", 0o555), ("tmp", 0o1777), ("usr", 0o755),
-                                ("usr/bin", 0o755), ("sbin", 0o755), ("var", 0o755), ("var/www", 0o755)):
-                add(dname, dir=True, mode=mode)
-            add("bin/busybox", data=bb.read_bytes(), mode=0o755)
-            for a in applets:
-                add(f"bin/{a}", link="busybox")
-            add("etc/passwd", data=_PASSWD.encode())
-            add("etc/group", data=_GROUP.encode())
-            add("etc/nsswitch.conf", data=b"hosts: files dns\n")
-            add("var/www/index.html", data=b"kube-harness busybox\n")
-        return buf.getvalue()
+            raise cache.BuildError(f"{deb.name} has no bin/busybox")
+        applets = set(cache.run([str(bb), "--list"], what="busybox --list", stderr=False).split())
+        with tarfile.open(out, mode="w") as tf:
+            for name, mode in _DIRS:
+                cache.tar_add(tf, name, dir=True, mode=mode)
+            cache.tar_add(tf, "bin/busybox", data=bb.read_bytes(), mode=0o755)
+            for a in sorted(applets - {"busybox", "linuxrc", "init"}):
+                cache.tar_add(tf, f"bin/{a}", link="busybox")
+            cache.tar_add(tf, "etc/passwd", data=_PASSWD.encode())
+            cache.tar_add(tf, "etc/group", data=_GROUP.encode())
+            cache.tar_add(tf, "etc/nsswitch.conf", data=b"hosts: files dns\n")
+            cache.tar_add(tf, "var/www/index.html", data=b"kube-harness busybox\n")
 
 
 def build_busybox(force: bool = False) -> str:
     """Build (or find) ``kube-harness/busybox:<hash12>``; returns the tag."""
     deb = busybox_deb()
     tag = busybox_tag(deb)
-    if not force and _image_exists(tag):
+    if not force and cache.image_id(tag):
         return tag
-    from filelock import FileLock
-    with FileLock(str(cache_dir() / f"build-{tag.rsplit(':', 1)[1]}.lock"), timeout=600):
-        if force or not _image_exists(tag):
-            _run(["docker", "import", "--change", "ENV PATH=/bin:/usr/bin:/sbin",
-                  "--change", 'CMD ["sh"]', "--change", f"LABEL harness.k8s.io/deb={deb.name}",
-                  "-", tag], input=_rootfs_tar(deb))
+    with cache.lock(f"test-images-{tag.rsplit(':', 1)[1]}", timeout=600):
+        if force or not cache.image_id(tag):
+            with tempfile.TemporaryDirectory(prefix="kh-busybox-") as d:
+                tar = Path(d) / "rootfs.tar"
+                _write_rootfs(deb, tar)
+                cache.docker_import(tar, tag, None, changes=("ENV PATH=/bin:/usr/bin:/sbin", 'CMD ["sh"]'),
+                                    labels={"harness.k8s.io/deb": deb.name})
             log.info(f"built {tag} from {deb.name}")
     return tag
 

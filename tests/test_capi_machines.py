@@ -2,11 +2,14 @@
 provider reaches them (harness.capi.machines, providers.registry)."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from kubernetes import client
 
 from harness.capi.machines import CapiMachines, deployment_of
-from harness.capi.workload import host_patches, set_cluster_network
+from harness.capi import capd
+from harness.capi.workload import WorkloadError, check_machine_networks, host_patches, set_cluster_network
 from providers import registry
 from providers.base import (Cleanup, Exec, Machines, MissingCapability, ProviderError, Provisioning,
                             require)
@@ -92,3 +95,53 @@ def test_template_adjustments():
     assert v1["kubeletExtraArgs"] == [{"name": "fail-cgroupv1", "value": "false"}]
     v2 = host_patches(docs, cgroup_v1=False)[1]["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
     assert "kubeletExtraArgs" not in v2 and "SystemVerification" not in v2["ignorePreflightErrors"]
+
+
+def test_pod_network_clear_of_the_machines_network():
+    """A real Docker network in 192.168.x (where Docker puts networks once 172.17-31 are taken)
+    and the quick-start template's pod network: refused before anything is applied, naming the
+    field, the value and the subnet; the harness's default pod network passes."""
+    import docker
+    dk = docker.from_env()
+    net = dk.networks.create("kh-test-capd-subnets", driver="bridge", ipam=docker.types.IPAMConfig(
+        pool_configs=[docker.types.IPAMPool(subnet="192.168.250.0/24")]))
+    try:
+        found = capd.machine_networks("kh-test-capd-subnets")
+        assert found == {"kh-test-capd-subnets": ["192.168.250.0/24"]}
+        with pytest.raises(WorkloadError, match=r"Cluster wl: spec\.clusterNetwork\.pods\.cidrBlocks "
+                                                r"192\.168\.0\.0/16 overlaps 192\.168\.250\.0/24, the subnet of "
+                                                r"Docker network 'kh-test-capd-subnets'.*allowed: a network clear "
+                                                r"of 192\.168\.250\.0/24"):
+            check_machine_networks("wl", "192.168.0.0/16", "10.128.0.0/12", found)
+        with pytest.raises(WorkloadError, match=r"services\.cidrBlocks 192\.168\.250\.128/25"):
+            check_machine_networks("wl", "10.244.0.0/16", "192.168.250.128/25", found)
+        check_machine_networks("wl", "10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/16", found)
+        assert capd.machine_networks("kh-test-no-such-network") == {"kh-test-no-such-network": []}
+    finally:
+        net.remove()
+        dk.close()
+
+
+def test_leftovers_of_a_capd_cluster_removed():
+    """What CAPD made for a cluster it can no longer delete (containers labelled with the
+    cluster, volumes named after it) goes; other clusters' stay."""
+    import docker
+    from providers.docker.nodeimage.base import build_base_image
+    dk = docker.from_env()
+    image = build_base_image()
+    made = [dk.containers.create(image, name=f"kh-test-left{i}-lb", labels={capd.CLUSTER_LABEL: f"kh-test-left{i}"})
+            for i in (1, 2)]
+    vols = [dk.volumes.create(f"kh-test-left{i}-var") for i in (1, 2)]
+    try:
+        assert sorted(capd.remove_leftovers("kh-test-left1")) == ["kh-test-left1-lb", "kh-test-left1-var"]
+        assert [c.name for c in dk.containers.list(all=True, filters={"label": capd.CLUSTER_LABEL})
+                if c.name.startswith("kh-test-left")] == ["kh-test-left2-lb"]
+        assert capd.remove_leftovers("kh-test-left1") == []
+    finally:
+        for c in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True, v=True)
+        for v in vols:
+            with contextlib.suppress(docker.errors.NotFound):
+                v.remove(force=True)
+        dk.close()

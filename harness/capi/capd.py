@@ -22,6 +22,10 @@ import docker
 from providers.docker.nodeimage.base import build_base_image
 
 NODE_REPOSITORY = "kindest/node"
+#: the label CAPD (as kind) puts on a cluster's containers
+CLUSTER_LABEL = "io.x-k8s.kind.cluster"
+#: CAPD's network; it attaches machines to it but does not create it
+NETWORK = "kind"
 #: CAPD's loadbalancer.DefaultImageRepository / DefaultImageTag (test/infrastructure/docker/internal/loadbalancer)
 LB_IMAGE = "kindest/haproxy:v20230606-42a2262b"
 LB_RECIPE = "3"  # bump when the image's recipe changes
@@ -45,6 +49,36 @@ def tag_node_image(image: str, version: str) -> str:
         repo, tag = NODE_REPOSITORY, version.replace("+", "_")
         client.images.get(image).tag(repo, tag)
         return f"{repo}:{tag}"
+    finally:
+        client.close()
+
+
+def machine_networks(network: str = NETWORK) -> dict[str, list[str]]:
+    """The subnets of the Docker network CAPD puts machines on (none before it exists)."""
+    client = docker.from_env()
+    try:
+        nets = [n for n in client.api.networks(names=[network]) if n.get("Name") == network]
+        return {network: [c["Subnet"] for n in nets for c in ((n.get("IPAM") or {}).get("Config") or [])
+                          if c.get("Subnet")]}
+    finally:
+        client.close()
+
+
+def remove_leftovers(cluster: str) -> list[str]:
+    """Force-remove what CAPD made for ``cluster`` and left behind (containers labelled with
+    it, volumes named after it): the last step of a teardown, for a Cluster its controllers
+    can no longer delete (say, moved into a workload cluster that then broke)."""
+    client = docker.from_env()
+    try:
+        gone = []
+        for c in client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={cluster}"}):
+            c.remove(force=True, v=True)
+            gone.append(c.name)
+        for v in client.volumes.list():
+            if v.name.startswith(f"{cluster}-"):
+                v.remove(force=True)
+                gone.append(v.name)
+        return gone
     finally:
         client.close()
 

@@ -99,6 +99,7 @@ class CapiController:
                                   store_kubeconfig=cluster.set_kubeconfig, flavor=m.flavor, template=m.template,
                                   infrastructure=m.infrastructure, cgroup_v1=m.container_cgroup_v1,
                                   network=(spec.pod_cidr, spec.service_cidr, spec.service_domain),
+                                  machine_networks=m.machine_networks(),
                                   timeout=self.ready_timeout, delete_on_failure=not (keep_on_failure or
                                                                                      self.owner.keep))
             with phase("ready", cluster=spec.name, timings=cluster.timings):

@@ -36,6 +36,7 @@ from harness.reached import ExistingCluster
 from harness.progress import phase
 from harness.waits import until
 
+from .capd import NETWORK as CAPD_NETWORK
 from .certificates import CertificateIssuer
 from .clusterctl import Clusterctl
 from .repository import Repository
@@ -46,8 +47,6 @@ CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
 CERT_MANAGER_VERSION = "v1.21.2"
 CERT_MANAGER_CRDS = ("cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml",
                      "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificaterequests.yaml")
-#: CAPD's network; it attaches machines to it but does not create it
-CAPD_NETWORK = "kind"
 DOCKER_SOCKET = "/var/run/docker.sock"
 #: Docker provider options a management cluster that runs CAPD needs
 MANAGEMENT_OPTIONS = {"extra_mounts": [{"host_path": DOCKER_SOCKET, "container_path": DOCKER_SOCKET}],

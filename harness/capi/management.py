@@ -50,6 +50,9 @@ class Management:
     supports: tuple[int, int] | None = None  # (lowest, highest) Kubernetes minor, when known
     #: called with a Kubernetes version before a workload cluster of it is made
     prepare: Callable[[str], None] = field(default=lambda version: None)
+    #: the networks (name: subnets) workload machines are on, when known: their pod and
+    #: Service networks must stay clear of them
+    machine_networks: Callable[[], dict[str, list[str]]] = field(default=dict)
     cluster: Cluster | None = None  # when the harness made it
     _api: client.ApiClient | None = None
 
@@ -84,7 +87,8 @@ def own(make_cluster: Callable[[ClusterSpec], Cluster], spec: ClusterSpec, insta
         ctl = Clusterctl(capi_dir / "bin" / "clusterctl", repo.config, mgmt.kubeconfig_path, dict(DEFAULT_VARIABLES))
     return Management(mgmt.kubeconfig_path, ctl, flavor=OWN_FLAVOR, infrastructure="docker",
                       container_cgroup_v1=preflight.cgroup_v1(mgmt, mgmt.control_planes[0]),
-                      supports=BUILT_SUPPORTS, prepare=capd.prepare_node_image, cluster=mgmt)
+                      supports=BUILT_SUPPORTS, prepare=capd.prepare_node_image,
+                      machine_networks=capd.machine_networks, cluster=mgmt)
 
 
 def external(kubeconfig: str | Path, clusterctl_config: str | Path | None, *, flavor: str = "", template: str = "",

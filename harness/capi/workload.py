@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ipaddress
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import yaml
 from kubernetes import client, config as kconfig, dynamic
@@ -96,6 +97,24 @@ def _cluster_network(docs: list[dict], name: str) -> tuple[str, str]:
     return ",".join(pods), ",".join(services)
 
 
+def check_machine_networks(name: str, pods: str, services: str, machine_networks: Mapping[str, list[str]]) -> None:
+    """The Cluster's pod and Service networks clear of the networks its machines are on.
+    The CNI does not masquerade traffic to the pod network, so pods could not reach a
+    machine (the control plane's load balancer among them) whose address is in it: the
+    quick-start template's 192.168.0.0/16 meets a Docker network Docker put in 192.168.x."""
+    for field, cidrs in (("pods", pods), ("services", services)):
+        for cidr in filter(None, cidrs.split(",")):
+            for network, subnets in machine_networks.items():
+                clash = next((s for s in subnets if ipaddress.ip_network(cidr, strict=False).overlaps(
+                    ipaddress.ip_network(s, strict=False))), None)
+                if clash:
+                    raise WorkloadError(
+                        f"Cluster {name}: spec.clusterNetwork.{field}.cidrBlocks {cidr} overlaps {clash}, the "
+                        f"subnet of Docker network {network!r} the machines are on; allowed: a network clear of "
+                        f"{', '.join(subnets)} (the harness spec's spec.clusterNetwork.{field}), or remove "
+                        f"Docker network {network!r} while nothing uses it so that Docker picks another subnet")
+
+
 def _replicas(custom: client.CustomObjectsApi, name: str, namespace: str) -> tuple[str, bool]:
     """(progress line, whether every control plane and worker machine is up to date and ready)."""
     sel = f"cluster.x-k8s.io/cluster-name={name}"
@@ -146,23 +165,27 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
 
 def create(ctl: Clusterctl, management: Cluster, name: str, namespace: str, kubernetes_version: str,
            control_planes: int = 1, workers: int = 1, flavor: str = "", state_dir: Path | None = None,
-           timeout: float = 900) -> Workload:
-    """A workload cluster from ``management``'s provider templates, its nodes patched
-    for node containers on this host (see :func:`host_patches`)."""
+           network: tuple[str, str, str] | None = None, timeout: float = 900) -> Workload:
+    """A workload cluster made by CAPD from ``management``'s provider templates, its nodes
+    patched for node containers on this host (see :func:`host_patches`)."""
+    from .capd import machine_networks
     cgroup_v1 = preflight.cgroup_v1(management, management.control_planes[0])
     return generate(ctl, management.api_client(), name, namespace, kubernetes_version, control_planes, workers,
-                    flavor=flavor, cgroup_v1=cgroup_v1, state_dir=state_dir or management.state_dir.parent /
-                    f"{namespace}-{name}", timeout=timeout)
+                    flavor=flavor, cgroup_v1=cgroup_v1, network=network, machine_networks=machine_networks(),
+                    state_dir=state_dir or management.state_dir.parent / f"{namespace}-{name}", timeout=timeout)
 
 
 def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, kubernetes_version: str,
              control_planes: int, workers: int, *, state_dir: Path | None = None, flavor: str = "",
              template: str = "", infrastructure: str = "", cgroup_v1: bool | None = None,
-             network: tuple[str, str, str] | None = None, timeout: float = 900,
-             delete_on_failure: bool = True, store_kubeconfig: Callable[[str], Path] | None = None) -> Workload:
+             network: tuple[str, str, str] | None = None, machine_networks: Mapping[str, list[str]] | None = None,
+             timeout: float = 900, delete_on_failure: bool = True,
+             store_kubeconfig: Callable[[str], Path] | None = None) -> Workload:
     """Generate (``clusterctl generate cluster``), apply and wait (see module doc).
     ``cgroup_v1`` None: no node-container patches; ``network``: (pods, services, domain)
-    for the Cluster's clusterNetwork. The workload's kubeconfig goes to ``store_kubeconfig``
+    for the Cluster's clusterNetwork; ``machine_networks``: the networks (name: subnets) the
+    machines will be on, checked before anything is applied (:func:`check_machine_networks`).
+    The workload's kubeconfig goes to ``store_kubeconfig``
     (its handle's ``set_kubeconfig``), else to ``state_dir``/kubeconfig."""
     if store_kubeconfig is None:
         if state_dir is None:
@@ -177,6 +200,7 @@ def generate(ctl: Clusterctl, api: client.ApiClient, name: str, namespace: str, 
         if network:
             docs = set_cluster_network(docs, name, *network)
         pods, services = _cluster_network(docs, name)
+        check_machine_networks(name, pods, services, machine_networks or {})
         ensure_namespace(api, namespace)
         apply(api, docs)
         try:
@@ -241,8 +265,12 @@ def _describe(ctl: Clusterctl, name: str, namespace: str) -> str:
 
 
 def delete(management: Cluster, workload: Workload, timeout: float = 600) -> None:
-    """Delete the workload's Cluster and wait until the controllers removed it (and its machines)."""
+    """Delete the workload's Cluster, wait until the controllers removed it (and its machines),
+    then remove its kubeconfig (and the directory holding it, when empty)."""
     delete_cluster(management.api_client(), workload.name, workload.namespace, timeout)
+    workload.kubeconfig_path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        workload.kubeconfig_path.parent.rmdir()
 
 
 def delete_cluster(api: client.ApiClient, name: str, namespace: str, timeout: float = 600) -> None:

@@ -20,7 +20,7 @@ from cryptography import x509
 from kubernetes import client
 
 from harness.build import capi as capi_build
-from harness.capi import workload as workload_mod
+from harness.capi import capd, workload as workload_mod
 from harness.capi.install import provider_namespaces
 from harness.capi.repository import CLUSTERCTL_NAMES, build_repository
 from harness.capi.clusterctl import Clusterctl
@@ -155,11 +155,20 @@ def workload(providers, capi_management):
     version = mgmt.spec.version
     capi_management.prepare(version)  # the node image where CAPD looks for it (kindest/node:<version>)
     name = f"kh-wl-{uuid.uuid4().hex[:4]}"
-    wl = workload_mod.create(ctl, mgmt, name, name, version, control_planes=1, workers=1, flavor="development")
+    # the session's pod and Service networks, which the harness keeps clear of the machines'
+    # (the flavor's 192.168.0.0/16 may meet the Docker network CAPD uses)
+    net = (mgmt.spec.pod_cidr, mgmt.spec.service_cidr, mgmt.spec.service_domain)
+    wl = workload_mod.create(ctl, mgmt, name, name, version, control_planes=1, workers=1, flavor="development",
+                             network=net)
     try:
         yield mgmt, wl
     finally:
-        workload_mod.delete(mgmt, wl)
+        try:
+            workload_mod.delete(mgmt, wl)
+        finally:
+            left = capd.remove_leftovers(name)
+            if left:
+                log.warning(f"CAPD left {left} of {name} behind; removed")
 
 
 def test_workload_nodes_ready(workload):
@@ -618,6 +627,7 @@ def test_delete_leaves_nothing_in_docker(workload):
         assert len(dk.containers.list(all=True, filters=label)) == 3  # control plane, worker, load balancer
         workload_mod.delete(mgmt, wl)
         assert dk.containers.list(all=True, filters=label) == []
+        assert not wl.kubeconfig_path.parent.exists()
         assert [v.name for v in dk.volumes.list() if v.name.startswith(wl.name)] == []
     finally:
         dk.close()

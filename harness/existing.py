@@ -11,8 +11,10 @@ created or deleted.
 """
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -120,7 +122,11 @@ def _short(e: Exception) -> str:
 def existing_cluster(kubeconfig: str | Path, owner: Owner, *, machine_access: bool = True) -> Cluster:
     """The handle on the cluster ``kubeconfig`` reaches (see the module doc)."""
     spec = describe(kubeconfig)
-    state = Path(tempfile.gettempdir()) / "kube-harness" / f"given-{spec.name}"
+    # the handle's own copy of the kubeconfig: one per process, gone when it exits
+    root = Path(tempfile.gettempdir()) / "kube-harness"
+    root.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix=f"given-{spec.name}-", dir=root))
+    atexit.register(shutil.rmtree, state, True)
     path = Path(kubeconfig).expanduser()
     api = kconfig.new_client_from_config(str(path))
     machines = NodeMachines(api, spec.name, deployments={d.role: d.name for d in spec.deployments},

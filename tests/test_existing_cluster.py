@@ -79,10 +79,16 @@ def test_kubeconfig_and_state_are_private(given):
     assert kubeconfig in files and len(files) >= 2, files
     for f in files:
         assert f.stat().st_mode & 0o777 == 0o600, (f, oct(f.stat().st_mode))
+    from harness import reaper
+    from harness.existing import existing_cluster
+    copy = existing_cluster(kubeconfig, reaper.current_owner("test-given-copy")).state_dir
+    assert copy.name.startswith(f"given-{name}-") and copy.stat().st_mode & 0o777 == 0o700
+    assert (copy / "kubeconfig").stat().st_mode & 0o777 == 0o600
 
 
 def test_kubeadm_suite_on_a_given_cluster(given, tmp_path):
     name, kubeconfig = given
+    copies = set(Path(tempfile.gettempdir(), "kube-harness").glob(f"given-{name}-*"))
     rc, out = run_suites(tmp_path, "suites/kubeadm", "--kubeconfig", str(kubeconfig), given_name=name)
     assert rc == 0, out[-5000:]
     passed = int(re.search(r"(\d+) passed", out).group(1))
@@ -90,8 +96,8 @@ def test_kubeadm_suite_on_a_given_cluster(given, tmp_path):
     # the harness's own settings are not checked on someone else's cluster
     assert "the cluster given by --kubeconfig was made by someone else" in out, out[-3000:]
     assert (tmp_path / "artifacts" / "junit_kubeadm.xml").is_file()
-    copies = list(Path(tempfile.gettempdir(), "kube-harness").glob("given-*/kubeconfig"))
-    assert copies and all(c.stat().st_mode & 0o777 == 0o600 for c in copies)
+    # the session's copy of the given kubeconfig went with it
+    assert set(Path(tempfile.gettempdir(), "kube-harness").glob(f"given-{name}-*")) == copies
 
 
 def test_black_box_without_machine_access(given, tmp_path):

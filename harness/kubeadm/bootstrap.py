@@ -6,9 +6,10 @@ running the ordered actions of :mod:`harness.kubeadm.actions` on one shared
 :class:`~harness.kubeadm.actions.context.ActionContext` per call:
 
 * ``image``: :mod:`.actions.image`
-* ``init``: :mod:`.actions.kubeadm_config`, :mod:`.actions.kubeadm_init`, :mod:`.actions.cni`
-* ``join``: :mod:`.actions.join` (then :mod:`.actions.cni`)
-* ``ready``: :mod:`.actions.ready`
+* ``init``: :mod:`.actions.kubeadm_config`, :mod:`.actions.kubeadm_init`
+* ``join``: :mod:`.actions.join`
+* ``ready``: :mod:`.actions.ready` (the CNI on every node, once all have
+  their podCIDRs: joins do not wait for it, so they overlap the wait)
 * ``remove``: :mod:`.actions.remove`
 
 Preflight runs, ignoring only the checks that fail in any node container
@@ -21,12 +22,12 @@ import os
 from harness.cluster import Cluster
 from providers.base import Machine
 
-from .actions import cni, join, kubeadm_config, kubeadm_init, ready, remove
+from .actions import join, kubeadm_config, kubeadm_init, ready, remove
 from .actions.context import ActionContext, KubeadmError, Options
 from .actions.image import ImageAction, check_host_limits
 
 #: init's actions, in order; each takes the context and the first control plane
-INIT_ACTIONS = (kubeadm_config.run, kubeadm_init.run, cni.after_init)
+INIT_ACTIONS = (kubeadm_config.run, kubeadm_init.run)
 
 
 class KubeadmBootstrapper:

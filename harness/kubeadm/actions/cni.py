@@ -3,10 +3,8 @@ config, routes and masquerade rules synced on the machines (:mod:`harness.kubead
 from __future__ import annotations
 
 import time
-from typing import Iterable
 
 from harness.progress import phase
-from providers.base import Machine
 
 from .. import cni
 from .context import ActionContext, KubeadmError
@@ -14,20 +12,11 @@ from .context import ActionContext, KubeadmError
 POD_CIDR_TIMEOUT = 120
 
 
-def run(ctx: ActionContext, names: list[str], machines: Iterable[Machine] | None = None,
-        machine: str = "") -> None:
-    """Wait for ``names``' podCIDRs, then sync ``machines`` (None: all)."""
-    with phase("cni", cluster=ctx.name, machine=machine):
+def run(ctx: ActionContext, names: list[str]) -> None:
+    """Wait for ``names``' podCIDRs, then sync every machine."""
+    with phase("cni", cluster=ctx.name):
         wait_pod_cidrs(ctx, names, POD_CIDR_TIMEOUT)
-        if machines is None:
-            cni.sync_routes(ctx.cluster)
-        else:
-            cni.sync_routes(ctx.cluster, machines)
-
-
-def after_init(ctx: ActionContext, machine: Machine) -> None:
-    """init's last action: the first control plane's CNI."""
-    run(ctx, [machine.name], [machine], machine=machine.name)
+        cni.sync_routes(ctx.cluster)
 
 
 def wait_pod_cidrs(ctx: ActionContext, names: list[str], timeout: float) -> None:

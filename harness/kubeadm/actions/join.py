@@ -14,7 +14,6 @@ from providers.base import Machine
 
 from .. import cni, preflight
 from .. import config as kconfig
-from . import cni as cni_action
 from .command import kubeadm
 from .context import REMOTE_DIR, ActionContext
 
@@ -51,14 +50,12 @@ def run(ctx: ActionContext, machines: list[Machine]) -> None:
             for f in cf.as_completed(futs):
                 try:
                     f.result()
-                    joined.append(futs[f])
                 except BaseException as e:
                     errors.append(e)
         if errors:
             if len(errors) > 1:
                 log.error(f"{len(errors)} worker joins failed", extra={"cluster": ctx.name})
             raise errors[0]
-    cni_action.run(ctx, [m.name for m in joined])
 
 
 def _join_one(ctx: ActionContext, m: Machine, params: kconfig.Params) -> None:

@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from providers.base import L_KEEP, L_RUN
 
-from . import artifacts, junit, metadata, reaper
+from . import artifacts, interrupts, junit, metadata, reaper
 from .cluster import Cluster
 from .cluster_factory import ClusterFactory, collect_on_failure, skip_if_given_cluster
 from .controller import MachineController
@@ -121,28 +121,39 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         log.warning(f"reaper skipped: {e}")
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    """After pytest's own sessionfinish, even when that raised: after a Ctrl-C in a test,
+    pytest tears the session's fixtures (its clusters) down there."""
+    try:
+        return (yield)
+    finally:
+        _finish_session(session, exitstatus)
+
+
+def _finish_session(session: pytest.Session, exitstatus: int) -> None:
     """The master deletes the shared clusters of this run (xdist), then looks for
     anything of this run left behind (a failed teardown or a leftover fails the
-    run) and writes $ARTIFACTS/metadata.json."""
+    run) and writes $ARTIFACTS/metadata.json; interrupts wait until that is done."""
     config = session.config
     if is_worker(config):
         return
-    problems = _delete_shared_clusters(config, exitstatus)
-    if not config.getoption("kubeconfig") and not config.getoption("collectonly"):
-        problems += _leftovers(config)
-    shutil.rmtree(run_dir(config), ignore_errors=True)
-    if problems:
-        for p in problems:
-            log.error(p)
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_sep("=", "kube-harness: cleanup failed", red=True)
+    with interrupts.deferred("the end of the session"):
+        problems = _delete_shared_clusters(config, exitstatus)
+        if not config.getoption("kubeconfig") and not config.getoption("collectonly"):
+            problems += _leftovers(config)
+        shutil.rmtree(run_dir(config), ignore_errors=True)
+        if problems:
             for p in problems:
-                reporter.write_line(p, red=True)
-        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    metadata.write_session(config)
+                log.error(p)
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_sep("=", "kube-harness: cleanup failed", red=True)
+                for p in problems:
+                    reporter.write_line(p, red=True)
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        metadata.write_session(config)
 
 
 def _leftovers(config: pytest.Config) -> list[str]:

@@ -357,3 +357,19 @@ def test_xdist_cluster_scope(dk, tmp_path, bare_config, scope):
             assert all(n.startswith(f"{cluster}-{w}-") for n in names), seen
     for suffix in ("", "-gw0", "-gw1"):
         assert leftovers(dk, cluster + suffix) == [], out
+
+
+def test_nested_deferred_blocks_hold_interrupts_until_the_outermost_ends():
+    """A Ctrl-C inside nested blocks (a cluster's teardown inside the session's end) is held
+    until the outermost block has done all its work, then raised once."""
+    from harness import interrupts
+    done = []
+    with pytest.raises(KeyboardInterrupt, match=r"SIGINT \(held during the outer\)"):
+        with interrupts.deferred("the outer"):
+            with interrupts.deferred("the inner"):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                done.append("inner")
+            done.append("outer")
+    assert done == ["inner", "outer"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

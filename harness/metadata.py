@@ -24,7 +24,6 @@ session that loads the harness does, wherever its test files are.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -80,9 +79,11 @@ def write(values: Mapping[str, str], root: Path | None = None) -> Path:
     from filelock import FileLock
     path = (root or artifacts_dir()) / FILENAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = Path(os.environ.get("TMPDIR", "/tmp")) / "kube-harness" / f"metadata-{hashlib.sha256(bytes(path)).hexdigest()[:16]}.lock"
+    # one lock for every metadata.json on this host (the writes are tiny), beside the
+    # runs' state, not among the artifacts
+    lock = Path(os.environ.get("TMPDIR", "/tmp")) / "kube-harness" / "metadata.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock)):  # beside the runs' state, not among the artifacts
+    with FileLock(str(lock)):
         old: dict = {}
         if path.exists():
             try:

@@ -199,7 +199,7 @@ def test_failed_teardown_fails_the_run(dk, tmp_path, bare_config):
     finally:
         for c in dk.containers.list(all=True, filters={"name": f"{cluster}-"}):
             if c.name.endswith("-pin"):
-                c.remove(force=True)
+                c.remove(force=True, v=True)  # and the anonymous /var volume of the image
         subprocess.run([sys.executable, "-m", "harness", "down", cluster], capture_output=True, cwd=ROOT)
     assert leftovers(dk, cluster) == []
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from . import artifacts, reaper
+from . import artifacts, interrupts, reaper
 from .cluster import Cluster
 from .controller import MachineController, NoBootstrap
 from .progress import log
@@ -80,6 +80,11 @@ class ClusterFactory:
         raise KeyError(f"{cluster!r} was not made by this factory")
 
     def finish(self, failed: bool) -> None:
+        names = ", ".join(f"{c.namespace}/{c.name}" for _, c in reversed(self.created))
+        with interrupts.deferred(f"teardown of {names}"):  # all of them, then stop
+            self._finish(failed)
+
+    def _finish(self, failed: bool) -> None:
         errors: list[str] = []
         for ctl, cluster in reversed(self.created):
             if failed:

@@ -3,6 +3,7 @@ containers from the base image. Every test uses its own cluster name and
 removes everything it made (the finally of the ``cluster`` fixture)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -456,3 +457,32 @@ def test_dual_stack_network(provider, image, client):
             provider.ensure_infrastructure(v4_only.name, v4_only.namespace, v4_only.owner, (4, 6))
     finally:
         provider.delete_owned({L_CLUSTER: v4_only.name, L_NAMESPACE: v4_only.namespace})
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/freezer/docker").is_dir(),
+                    reason="no cgroup v1 freezer for Docker's containers on this host (cgroup v2)")
+def test_removes_a_container_a_frozen_cgroup_keeps_alive(provider, image, client):
+    """A process of the container in a FROZEN cgroup v1 freezer group (as a runc killed
+    inside a node leaves a pod's cgroup) cannot die, so the engine refuses to remove it
+    ("did not receive an exit event"); the provider thaws the group and removes it."""
+    name = f"kh-test-frozen-{uuid.uuid4().hex[:6]}"
+    c = client.containers.run(image, entrypoint=["sleep", "600"], detach=True, name=name)
+    try:
+        c.exec_run(["sh", "-c", "sleep 600 &"], detach=True)
+        time.sleep(1)
+        top = client.api.top(c.id)
+        col = top["Titles"].index("PID")
+        child = next(int(p[col]) for p in top["Processes"] if int(p[col]) != c.attrs["State"]["Pid"])
+        group = Path("/sys/fs/cgroup/freezer/docker") / c.id / "kh-frozen"
+        group.mkdir()
+        (group / "tasks").write_text(str(child))
+        (group / "freezer.state").write_text("FROZEN")
+        with pytest.raises(docker.errors.APIError, match="did not receive an exit event"):
+            client.api.remove_container(c.id, force=True)
+        assert provider.cleanup.remove_container(c.id, name) == [f"machine/{name}"]
+        assert client.containers.list(all=True, filters={"name": name}) == []
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            from providers.docker.host import thaw
+            thaw(c.id)
+            c.remove(force=True, v=True)

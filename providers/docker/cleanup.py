@@ -14,6 +14,7 @@ from providers.base import ProviderError
 
 from .containers import label_filters
 from .engine import Engine, engine_guarded
+from .host import thaw
 
 log = logging.getLogger("harness.provider.docker")
 
@@ -27,21 +28,29 @@ class Cleanup:
         api = self.engine.api
         deleted: list[str] = []
         vols: list[str] = []
+        full_id = cid
         try:
             info = api.inspect_container(cid)
+            full_id = info["Id"]
             vols = [m["Name"] for m in info.get("Mounts", []) if m.get("Type") == "volume" and m.get("Name")]
         except derr.NotFound:
             pass
-        try:
-            api.remove_container(cid, force=True, v=True)
-            deleted.append(f"machine/{name}")
-        except derr.NotFound:
-            pass
-        except derr.APIError as e:
-            if "removal of container" in str(e) and "already in progress" in str(e):
-                self._wait_gone(cid)
-            else:
-                raise ProviderError(f"removing container {name}: {e}") from e
+        for attempt in (1, 2):
+            try:
+                api.remove_container(cid, force=True, v=True)
+                deleted.append(f"machine/{name}")
+            except derr.NotFound:
+                pass
+            except derr.APIError as e:
+                if "removal of container" in str(e) and "already in progress" in str(e):
+                    self._wait_gone(cid)
+                elif attempt == 1 and "did not receive an exit event" in str(e) and (thawed := thaw(full_id)):
+                    log.warning(f"{name}: thawed {len(thawed)} frozen cgroups that kept it from dying; "
+                                f"removing it again", extra={"machine": name, "phase": "cleanup"})
+                    continue
+                else:
+                    raise ProviderError(f"removing container {name}: {e}") from e
+            break
         for v in vols:
             if self.remove_volume(v):
                 deleted.append(f"volume/{v}")

@@ -62,3 +62,22 @@ def check_host_limits(cluster: str) -> None:
         log.warning(f"host inotify limits are low ({', '.join(f'{k}={h}' for k, (h, _) in low.items())}): "
                     f"kubelets of several nodes/clusters fail with 'inotify_init: too many open files'; "
                     f"raise them with `sysctl -w {fix}`", extra={"cluster": cluster, "phase": "init"})
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+def thaw(container_id: str, freezer: Path = FREEZER) -> list[str]:
+    """Thaw the cgroup v1 freezer groups left FROZEN under a container (a runc inside a
+    node, killed while it froze a pod's cgroup, leaves it so; the engine then cannot kill
+    the node: "did not receive an exit event"). Returns the groups thawed; nothing on
+    cgroup v2 hosts or a remote engine (no such directory here)."""
+    thawed = []
+    for state in sorted((freezer / "docker" / container_id).rglob("freezer.state")):
+        try:
+            if state.read_text().strip() != "THAWED":
+                state.write_text("THAWED")
+                thawed.append(str(state.parent))
+        except OSError as e:
+            log.debug(f"thawing {state.parent}: {e}")
+    return thawed

@@ -21,6 +21,7 @@ from providers.base import (L_CLUSTER, L_DEPLOYMENT, L_NAMESPACE, L_ROLE, L_RUN,
                             ExecError, HostLimits, LoadBalancer, Machines, MachineSpec, NodeImages, Owner,
                             Provisioning)
 from providers.docker import DockerProvider, ExecTimeout, lb_name, network_name, volume_name  # noqa: E402
+from providers.docker.host import FREEZER, thaw  # noqa: E402
 from providers.docker.nodeimage import build_base_image  # noqa: E402
 
 pytestmark = pytest.mark.docker
@@ -459,8 +460,7 @@ def test_dual_stack_network(provider, image, client):
         provider.delete_owned({L_CLUSTER: v4_only.name, L_NAMESPACE: v4_only.namespace})
 
 
-@pytest.mark.skipif(not Path("/sys/fs/cgroup/freezer/docker").is_dir(),
-                    reason="no cgroup v1 freezer for Docker's containers on this host (cgroup v2)")
+@pytest.mark.skipif(not FREEZER.is_dir(), reason="no cgroup v1 freezer on this host (cgroup v2)")
 def test_removes_a_container_a_frozen_cgroup_keeps_alive(provider, image, client):
     """A process of the container in a FROZEN cgroup v1 freezer group (as a runc killed
     inside a node leaves a pod's cgroup) cannot die, so the engine refuses to remove it
@@ -470,10 +470,13 @@ def test_removes_a_container_a_frozen_cgroup_keeps_alive(provider, image, client
     try:
         c.exec_run(["sh", "-c", "sleep 600 &"], detach=True)
         time.sleep(1)
+        c.reload()
         top = client.api.top(c.id)
         col = top["Titles"].index("PID")
         child = next(int(p[col]) for p in top["Processes"] if int(p[col]) != c.attrs["State"]["Pid"])
-        group = Path("/sys/fs/cgroup/freezer/docker") / c.id / "kh-frozen"
+        own = next(ln.split(":", 2)[2] for ln in Path(f"/proc/{c.attrs['State']['Pid']}/cgroup").read_text()
+                   .splitlines() if ln.split(":", 2)[1] == "freezer")
+        group = FREEZER / own.lstrip("/") / "kh-frozen"
         group.mkdir()
         (group / "tasks").write_text(str(child))
         (group / "freezer.state").write_text("FROZEN")
@@ -483,6 +486,5 @@ def test_removes_a_container_a_frozen_cgroup_keeps_alive(provider, image, client
         assert client.containers.list(all=True, filters={"name": name}) == []
     finally:
         with contextlib.suppress(docker.errors.NotFound):
-            from providers.docker.host import thaw
-            thaw(c.id)
+            thaw(c.attrs["State"]["Pid"])
             c.remove(force=True, v=True)

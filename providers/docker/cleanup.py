@@ -28,10 +28,10 @@ class Cleanup:
         api = self.engine.api
         deleted: list[str] = []
         vols: list[str] = []
-        full_id = cid
+        pid = 0
         try:
             info = api.inspect_container(cid)
-            full_id = info["Id"]
+            pid = (info.get("State") or {}).get("Pid") or 0
             vols = [m["Name"] for m in info.get("Mounts", []) if m.get("Type") == "volume" and m.get("Name")]
         except derr.NotFound:
             pass
@@ -44,7 +44,7 @@ class Cleanup:
             except derr.APIError as e:
                 if "removal of container" in str(e) and "already in progress" in str(e):
                     self._wait_gone(cid)
-                elif attempt == 1 and "did not receive an exit event" in str(e) and (thawed := thaw(full_id)):
+                elif attempt == 1 and "did not receive an exit event" in str(e) and (thawed := thaw(pid)):
                     log.warning(f"{name}: thawed {len(thawed)} frozen cgroups that kept it from dying; "
                                 f"removing it again", extra={"machine": name, "phase": "cleanup"})
                     continue

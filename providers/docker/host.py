@@ -67,13 +67,21 @@ def check_host_limits(cluster: str) -> None:
 FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
-def thaw(container_id: str, freezer: Path = FREEZER) -> list[str]:
-    """Thaw the cgroup v1 freezer groups left FROZEN under a container (a runc inside a
-    node, killed while it froze a pod's cgroup, leaves it so; the engine then cannot kill
-    the node: "did not receive an exit event"). Returns the groups thawed; nothing on
-    cgroup v2 hosts or a remote engine (no such directory here)."""
+def thaw(pid: int, freezer: Path = FREEZER) -> list[str]:
+    """Thaw the cgroup v1 freezer groups left FROZEN under the cgroup of a container's
+    init process ``pid`` (a runc inside a node, killed while it froze a pod's cgroup,
+    leaves one so; the engine then cannot kill the node: "did not receive an exit
+    event"). Returns the groups thawed; nothing on cgroup v2 hosts or for a process
+    not on this host."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    path = next((ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "freezer"), None)
+    if not pid or path is None:
+        return []
     thawed = []
-    for state in sorted((freezer / "docker" / container_id).rglob("freezer.state")):
+    for state in sorted((freezer / path.lstrip("/")).rglob("freezer.state")):
         try:
             if state.read_text().strip() != "THAWED":
                 state.write_text("THAWED")

@@ -68,19 +68,22 @@ def remove_leftovers(cluster: str) -> list[str]:
     """Force-remove what CAPD made for ``cluster`` and left behind (containers labelled with
     it, volumes named after it): the last step of a teardown, for a Cluster its controllers
     can no longer delete (say, moved into a workload cluster that then broke)."""
-    client = docker.from_env()
+    from providers.docker.cleanup import Cleanup
+    from providers.docker.engine import Engine
+    engine = Engine()
+    cleanup = Cleanup(engine)  # force removal, frozen cgroups thawed, volumes waited for
     try:
         gone = []
-        for c in client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={cluster}"}):
-            c.remove(force=True, v=True)
-            gone.append(c.name)
-        for v in client.volumes.list():
-            if v.name.startswith(f"{cluster}-"):
-                v.remove(force=True)
-                gone.append(v.name)
+        for c in engine.api.containers(all=True, filters={"label": f"{CLUSTER_LABEL}={cluster}"}):
+            name = c["Names"][0].lstrip("/")
+            cleanup.remove_container(c["Id"], name)
+            gone.append(name)
+        for v in engine.api.volumes().get("Volumes") or []:
+            if v["Name"].startswith(f"{cluster}-") and cleanup.remove_volume(v["Name"]):
+                gone.append(v["Name"])
         return gone
     finally:
-        client.close()
+        engine.close()
 
 
 def prepare_node_image(version: str) -> str:
